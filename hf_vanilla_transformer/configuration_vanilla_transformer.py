@@ -1,0 +1,240 @@
+"""Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+The field names follow transformers' Marian/BART conventions (`d_model`, `encoder_layers`,
+`encoder_ffn_dim`, ...) so that caches, generation and the Trainer find what they expect; the
+paper's own symbols (N, h, d_k, d_v, d_ff, P_drop, eps_ls) are accepted by `from_preset` and
+documented next to each field.
+
+This module is copied next to saved weights for `trust_remote_code=True` users: it must not import
+anything from `hf_vanilla_transformer` except through relative imports.
+"""
+
+
+from typing import Any, ClassVar
+
+from transformers import PreTrainedConfig
+
+ACTIVATIONS = ("relu", "gelu", "swish", "silu")
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+# "paper": sin at even dims, cos at odd dims (Section 3.5). "marian": the same frequencies laid out
+# as [sin half | cos half]. "fairseq": [sin half | cos half] with fairseq's frequencies
+# exp(-i ln(10000) / (d/2 - 1)) and positions that start at pad_token_id + 1.
+SINUSOIDAL_LAYOUTS = ("paper", "marian", "fairseq")
+
+# Table 3 of the paper. "base": 65M parameters in the paper's count, "big": 213M.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": {
+        "d_model": 512,
+        "encoder_layers": 6,
+        "decoder_layers": 6,
+        "encoder_attention_heads": 8,
+        "decoder_attention_heads": 8,
+        "encoder_ffn_dim": 2048,
+        "decoder_ffn_dim": 2048,
+        "dropout": 0.1,
+    },
+    "big": {
+        "d_model": 1024,
+        "encoder_layers": 6,
+        "decoder_layers": 6,
+        "encoder_attention_heads": 16,
+        "decoder_attention_heads": 16,
+        "encoder_ffn_dim": 4096,
+        "decoder_ffn_dim": 4096,
+        "dropout": 0.3,
+    },
+}
+
+# The paper's symbols (Table 3 column heads) and the config fields each one sets.
+PAPER_SYMBOLS: dict[str, tuple[str, ...]] = {
+    "N": ("encoder_layers", "decoder_layers"),
+    "h": ("encoder_attention_heads", "decoder_attention_heads"),
+    "d_ff": ("encoder_ffn_dim", "decoder_ffn_dim"),
+    "P_drop": ("dropout",),
+    "eps_ls": ("label_smoothing",),
+}
+
+
+class VanillaTransformerConfig(PreTrainedConfig):
+    r"""Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
+
+    The defaults are the paper's base model (Table 3, row "base") with the shared En-De BPE vocabulary
+    of 37000 tokens (Section 5.1). Build the paper's models with `from_preset("base" | "big")`.
+
+    Args:
+        vocab_size: size of the shared source/target vocabulary (Section 5.1).
+        decoder_vocab_size: target vocabulary size when source and target embeddings are not shared
+            (fairseq's separate-vocabulary models); defaults to `vocab_size`.
+        d_model: model width d_model (Section 3).
+        encoder_layers / decoder_layers: N, the number of identical layers in each stack (Section 3.1).
+        encoder_attention_heads / decoder_attention_heads: h, the number of heads (Section 3.2.2).
+        d_k: size of each head's queries and keys; defaults to d_model / h (Table 3, rows A and B).
+        d_v: size of each head's values; defaults to d_model / h (Table 3, row A).
+        encoder_ffn_dim / decoder_ffn_dim: d_ff, the inner size of the feed-forward networks (Eq. 2).
+        dropout: P_drop, applied to each sub-layer's output before the residual addition and to the sums
+            of embeddings and positional encodings (Section 5.4).
+        attention_dropout: dropout on the attention probabilities (not in the paper; 0 by default).
+        activation_dropout: dropout after the feed-forward ReLU (not in the paper; 0 by default).
+        activation_function: the feed-forward nonlinearity; "relu" is Eq. 2's max(0, .).
+        label_smoothing: eps_ls of Section 5.4.
+        layer_norm_eps: the epsilon of every LayerNorm.
+        max_position_embeddings: rows of the positional table. Sinusoidal encodings extend past it
+            (computed on the fly by the same formula); learned ones raise an error.
+        position_embedding_type: "sinusoidal" (Section 3.5) or "learned" (Table 3, row E).
+        sinusoidal_layout: "paper" (interleaved sin/cos, the default), "marian" or "fairseq", to load
+            weights trained by those implementations exactly.
+        scale_embedding: multiply the embeddings by sqrt(d_model) (Section 3.4).
+        share_encoder_decoder_embeddings: one embedding matrix for source and target tokens (Section 3.4).
+        tie_word_embeddings: tie the target embedding to the pre-softmax projection (Section 3.4).
+        output_bias: add a learned bias to the logits (Marian's `final_logits_bias`); not in the paper.
+        init_std: std of the normal used to initialise embeddings; defaults to d_model^-0.5.
+    """
+
+    model_type: ClassVar[str] = "vanilla_transformer"
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
+    attribute_map: ClassVar[dict[str, str]] = {
+        "num_attention_heads": "encoder_attention_heads",
+        "hidden_size": "d_model",
+        "num_hidden_layers": "encoder_layers",
+    }
+
+    vocab_size: int = 37000
+    decoder_vocab_size: int | None = None
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    d_k: int | None = None
+    d_v: int | None = None
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation_function: str = "relu"
+    label_smoothing: float = 0.1
+    layer_norm_eps: float = 1e-5
+    max_position_embeddings: int = 1024
+    position_embedding_type: str = "sinusoidal"
+    sinusoidal_layout: str = "paper"
+    scale_embedding: bool = True
+    share_encoder_decoder_embeddings: bool = True
+    tie_word_embeddings: bool = True
+    output_bias: bool = False
+    init_std: float | None = None
+    use_cache: bool = True
+    is_encoder_decoder: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 2
+    eos_token_id: int | list[int] | None = 3
+    decoder_start_token_id: int | None = 2
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
+        super().__post_init__(**kwargs)
+        self._check_values()
+
+    @property
+    def encoder_head_dims(self) -> tuple[int, int]:
+        """(d_k, d_v) of the encoder's heads: d_model / h unless set (Section 3.2.2)."""
+        return self._head_dims(self.encoder_attention_heads)
+
+    @property
+    def decoder_head_dims(self) -> tuple[int, int]:
+        """(d_k, d_v) of the decoder's heads: d_model / h unless set (Section 3.2.2)."""
+        return self._head_dims(self.decoder_attention_heads)
+
+    def _head_dims(self, heads: int) -> tuple[int, int]:
+        default = self.d_model // heads
+        return (self.d_k or default, self.d_v or default)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "VanillaTransformerConfig":
+        """The paper's "base" or "big" model (Table 3), with any field or paper symbol overridden.
+
+        Paper symbols set both stacks: `N=4` sets encoder_layers and decoder_layers, likewise `h`,
+        `d_ff`; `P_drop` sets dropout and `eps_ls` label_smoothing. `d_k`, `d_v`, `d_model`,
+        `position_embedding_type` are fields already.
+
+        >>> VanillaTransformerConfig.from_preset("big", vocab_size=32000, N=4).encoder_layers
+        4
+        """
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}: choose one of {sorted(PRESETS)}.")
+        values = dict(PRESETS[name])
+        for key, value in overrides.items():
+            for field in PAPER_SYMBOLS.get(key, (key,)):
+                values[field] = value
+        return cls(**values)
+
+    def _check_values(self) -> None:
+        """Reject values that would build a broken model, naming the field and how to fix it."""
+        positive = (
+            "vocab_size",
+            "decoder_vocab_size",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "max_position_embeddings",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None (d_model / h), got {value!r}.")
+        for name in ("encoder_attention_heads", "decoder_attention_heads"):
+            heads = getattr(self, name)
+            if (self.d_k is None or self.d_v is None) and self.d_model % heads:
+                raise ValueError(
+                    f"d_model ({self.d_model}) is not divisible by {name} ({heads}): d_k and d_v default to "
+                    "d_model / h. Choose a head count that divides d_model, or set d_k and d_v explicitly."
+                )
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
+        if self.init_std is not None and self.init_std <= 0:
+            raise ValueError(f"init_std must be positive or None (d_model^-0.5), got {self.init_std!r}.")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}.")
+        choices = {
+            "activation_function": ACTIVATIONS,
+            "position_embedding_type": POSITION_EMBEDDING_TYPES,
+            "sinusoidal_layout": SINUSOIDAL_LAYOUTS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"Unknown {name} {getattr(self, name)!r}: choose one of {list(allowed)}.")
+        if self.sinusoidal_layout != "paper" and self.d_model % 2:
+            raise ValueError(f"sinusoidal_layout {self.sinusoidal_layout!r} needs an even d_model.")
+        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"decoder_vocab_size ({self.decoder_vocab_size}) differs from vocab_size ({self.vocab_size}) "
+                "but share_encoder_decoder_embeddings=True needs one vocabulary. Set "
+                "share_encoder_decoder_embeddings=False for separate source and target vocabularies."
+            )
+        eos_ids = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        token_ids = {
+            "pad_token_id": [self.pad_token_id],
+            "bos_token_id": [self.bos_token_id],
+            "eos_token_id": eos_ids,
+            "decoder_start_token_id": [self.decoder_start_token_id],
+        }
+        for name, ids in token_ids.items():
+            for token_id in ids:
+                if token_id is not None and not 0 <= token_id < self.decoder_vocab_size:
+                    raise ValueError(
+                        f"{name}={token_id} lies outside the vocabulary [0, {self.decoder_vocab_size}). "
+                        "Use the ids your tokenizer gives its special tokens."
+                    )
+
+
+__all__ = ["VanillaTransformerConfig"]

@@ -1,0 +1,685 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers model.
+
+Each paper concept has one home here:
+
+- `sinusoidal_position_encoding` / `VanillaTransformerPositionalEncoding`: Section 3.5.
+- `VanillaTransformerAttention`: scaled dot-product and multi-head attention, Section 3.2 (Eq. 1).
+- `VanillaTransformerEncoderLayer` / `VanillaTransformerDecoderLayer`: Section 3.1, post-LN residual
+  blocks LayerNorm(x + Dropout(Sublayer(x))) and the position-wise feed-forward network (Eq. 2).
+- `VanillaTransformerEncoder` / `VanillaTransformerDecoder`: the stacks with scaled embeddings
+  (Section 3.4) and embedding dropout (Section 5.4).
+- `VanillaTransformerForConditionalGeneration`: the shared pre-softmax projection (Section 3.4),
+  label smoothing (Section 5.4) and beam search with the GNMT length penalty (Section 6.1).
+
+The file follows transformers' Marian/BART layout (names, outputs, caches, attention interface) so the
+library's generation, Trainer and loading code treat it as one of their own. It is copied next to saved
+weights for `trust_remote_code=True` users, so it imports the package only relatively.
+"""
+
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+
+def sinusoidal_position_encoding(
+    num_positions: int, dim: int, layout: str = "paper", offset: int = 0
+) -> torch.Tensor:
+    """The positional encodings of Section 3.5, one row per position, computed in float64.
+
+    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)) and PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
+    `layout="marian"` puts the same sines in the first half and cosines in the second; `"fairseq"` does
+    the same with fairseq's frequencies exp(-i ln(10000) / (d/2 - 1)). `offset` is the first position.
+    """
+    positions = torch.arange(offset, offset + num_positions, dtype=torch.float64)[:, None]
+    if layout == "fairseq":
+        half = dim // 2
+        inverse_frequencies = torch.exp(torch.arange(half, dtype=torch.float64) * -(math.log(10000) / (half - 1)))
+    else:
+        two_i = torch.arange(0, dim, 2, dtype=torch.float64)
+        inverse_frequencies = 10000.0 ** (-two_i / dim)
+    angles = positions * inverse_frequencies
+    if layout == "paper":
+        table = torch.empty(num_positions, dim, dtype=torch.float64)
+        table[:, 0::2] = torch.sin(angles)
+        table[:, 1::2] = torch.cos(angles)[:, : dim // 2]
+    else:
+        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    return table.float()
+
+
+class VanillaTransformerPositionalEncoding(nn.Module):
+    """Positions for the embeddings: the fixed sinusoids of Section 3.5, or learned ones (Table 3, row E).
+
+    The sinusoid table is a computed, non-persistent buffer: nothing is saved, and `_init_weights`
+    rebuilds it after `from_pretrained` builds the model on the meta device.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__()
+        self.learned = config.position_embedding_type == "learned"
+        self.layout = config.sinusoidal_layout
+        self.offset = config.pad_token_id + 1 if self.layout == "fairseq" else 0
+        self.dim = config.d_model
+        if self.learned:
+            self.weight = nn.Parameter(torch.empty(config.max_position_embeddings, config.d_model))
+        else:
+            self.register_buffer("weight", self.sinusoid_table(config.max_position_embeddings), persistent=False)
+
+    def sinusoid_table(self, num_positions: int) -> torch.Tensor:
+        return sinusoidal_position_encoding(num_positions, self.dim, self.layout, self.offset)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        table = self.weight
+        if not is_torchdynamo_compiling():
+            needed = int(position_ids.max()) + 1
+            if needed > table.shape[0]:
+                if self.learned:
+                    raise ValueError(
+                        f"Position {needed - 1} is past the {table.shape[0]} learned position embeddings "
+                        "(max_position_embeddings). Truncate inputs to that many tokens, or use "
+                        "position_embedding_type='sinusoidal', which extends to any length."
+                    )
+                # The sinusoids are defined for every position, so longer inputs stay exact.
+                table = self.sinusoid_table(needed).to(device=table.device, dtype=table.dtype)
+        return nn.functional.embedding(position_ids, table)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, Eq. 1: softmax(Q K^T / sqrt(d_k)) V."""
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+    attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
+    return attn_output, attn_weights
+
+
+class VanillaTransformerAttention(nn.Module):
+    """Multi-head attention, Section 3.2.2: Concat(head_1, ..., head_h) W^O with
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), h heads of size d_k (queries, keys) and d_v (values).
+
+    Used three ways (Section 3.2.3): encoder self-attention, masked decoder self-attention and
+    encoder-decoder attention, whose keys and values are computed once per input and cached.
+    """
+
+    def __init__(
+        self,
+        config: VanillaTransformerConfig,
+        num_heads: int,
+        head_dims: tuple[int, int],
+        is_causal: bool = False,
+        layer_idx: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.d_k, self.d_v = head_dims
+        self.dropout = config.attention_dropout
+        self.scaling = self.d_k**-0.5
+        # SDPA treats a missing mask as causal unless told otherwise, so every instance says which it is.
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+        self.q_proj = nn.Linear(config.d_model, num_heads * self.d_k)
+        self.k_proj = nn.Linear(config.d_model, num_heads * self.d_k)
+        self.v_proj = nn.Linear(config.d_model, num_heads * self.d_v)
+        self.out_proj = nn.Linear(num_heads * self.d_v, config.d_model)
+
+    def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return states.view(*states.shape[:-1], self.num_heads, head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        query_states = self._split_heads(self.q_proj(hidden_states), self.d_k)
+
+        cache = past_key_values
+        cross_kv_ready = False
+        if isinstance(past_key_values, EncoderDecoderCache):
+            if is_cross_attention:
+                cache = past_key_values.cross_attention_cache
+                cross_kv_ready = past_key_values.is_updated.get(self.layer_idx, False)
+            else:
+                cache = past_key_values.self_attention_cache
+
+        if cross_kv_ready:
+            key_states = cache.layers[self.layer_idx].keys
+            value_states = cache.layers[self.layer_idx].values
+        else:
+            source = key_value_states if is_cross_attention else hidden_states
+            key_states = self._split_heads(self.k_proj(source), self.d_k)
+            value_states = self._split_heads(self.v_proj(source), self.d_v)
+            if cache is not None:
+                key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
+                if is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
+        return self.out_proj(attn_output), attn_weights
+
+
+class VanillaTransformerFeedForward(nn.Module):
+    """Position-wise feed-forward network, Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+    def __init__(self, config: VanillaTransformerConfig, ffn_dim: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)
+
+
+def residual_dropout_norm(
+    sublayer_output: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm, dropout: float, training: bool
+) -> torch.Tensor:
+    """LayerNorm(x + Dropout(Sublayer(x))): the post-LN residual connection of Sections 3.1 and 5.4."""
+    return norm(residual + nn.functional.dropout(sublayer_output, p=dropout, training=training))
+
+
+class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
+    """One encoder layer, Section 3.1: self-attention, then the feed-forward network, each wrapped
+    in a post-LN residual connection."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None) -> None:
+        super().__init__()
+        self.dropout = config.dropout
+        self.self_attn = VanillaTransformerAttention(
+            config, config.encoder_attention_heads, config.encoder_head_dims, layer_idx=layer_idx
+        )
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VanillaTransformerFeedForward(config, config.encoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = residual_dropout_norm(
+            attended, hidden_states, self.self_attn_layer_norm, self.dropout, self.training
+        )
+        return residual_dropout_norm(
+            self.ffn(hidden_states), hidden_states, self.final_layer_norm, self.dropout, self.training
+        )
+
+
+class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
+    """One decoder layer, Section 3.1: masked self-attention, encoder-decoder attention, then the
+    feed-forward network, each wrapped in a post-LN residual connection."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None) -> None:
+        super().__init__()
+        self.dropout = config.dropout
+        heads, head_dims = config.decoder_attention_heads, config.decoder_head_dims
+        self.self_attn = VanillaTransformerAttention(config, heads, head_dims, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = VanillaTransformerAttention(config, heads, head_dims, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VanillaTransformerFeedForward(config, config.decoder_ffn_dim)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = True,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        attended, _ = self.self_attn(
+            hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
+        )
+        hidden_states = residual_dropout_norm(
+            attended, hidden_states, self.self_attn_layer_norm, self.dropout, self.training
+        )
+        attended, _ = self.encoder_attn(
+            hidden_states,
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            **kwargs,
+        )
+        hidden_states = residual_dropout_norm(
+            attended, hidden_states, self.encoder_attn_layer_norm, self.dropout, self.training
+        )
+        return residual_dropout_norm(
+            self.ffn(hidden_states), hidden_states, self.final_layer_norm, self.dropout, self.training
+        )
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    config: VanillaTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Xavier-uniform projections with zero biases and N(0, d_model^-0.5) embeddings.
+
+        The paper does not state its initialisation; this is what its tensor2tensor code and fairseq
+        use. The normal's std makes the sqrt(d_model)-scaled embeddings (Section 3.4) unit-variance.
+        """
+        std = self.config.init_std or self.config.d_model**-0.5
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, VanillaTransformerPositionalEncoding):
+            if module.learned:
+                init.normal_(module.weight, mean=0.0, std=std)
+            else:
+                init.copy_(module.weight, module.sinusoid_table(module.weight.shape[0]))
+        elif isinstance(module, VanillaTransformerForConditionalGeneration) and self.config.output_bias:
+            init.zeros_(module.final_logits_bias)
+
+
+class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
+    """The encoder stack: N identical layers over the scaled embeddings plus positions (Section 3.1)."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerEncoderLayer,
+        "attentions": VanillaTransformerAttention,
+    }
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = VanillaTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList(
+            [VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+        hidden_states = inputs_embeds + self.embed_positions(position_ids)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
+        for encoder_layer in self.layers:
+            hidden_states = encoder_layer(hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
+    """The decoder stack: N identical layers, masked so that position i attends only to positions
+    before it (Section 3.1), over the scaled target embeddings plus positions."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerDecoderLayer,
+        "attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = VanillaTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList(
+            [VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of decoder_input_ids or decoder_inputs_embeds to the decoder.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
+
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        batch_size, seq_length = inputs_embeds.shape[:2]
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        position_ids = torch.arange(seq_length, device=inputs_embeds.device) + past_length
+
+        if attention_mask is None and not is_torchdynamo_compiling():
+            attention_mask = torch.ones(batch_size, past_length + seq_length, device=inputs_embeds.device)
+        self_attn_cache = (
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
+        )
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=self_attn_cache,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+
+        hidden_states = inputs_embeds + self.embed_positions(position_ids)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        for decoder_layer in self.layers:
+            hidden_states = decoder_layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, so that gradient checkpointing passes it through
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                **kwargs,
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from labels: the outputs "shifted right by one position" (Section 3.1), starting
+    from the decoder start token, with the -100 of ignored label positions replaced by padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """The encoder-decoder of Figure 1, without the output projection."""
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        if config.share_encoder_decoder_embeddings:
+            # One matrix for source and target tokens (Section 3.4).
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+def label_smoothed_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross-entropy against targets smoothed with epsilon (Section 5.4, after Szegedy et al. 2016).
+
+    The target distribution puts 1 - epsilon on the reference token and spreads epsilon uniformly over
+    the vocabulary. Positions labelled -100 are ignored. The sum is divided by `num_items_in_batch`
+    when the Trainer passes it, so that gradient accumulation over micro-batches equals one big batch;
+    otherwise by this batch's count of labelled tokens.
+    """
+    loss = nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=-100,
+        label_smoothing=epsilon,
+        reduction="sum",
+    )
+    if num_items_in_batch is None:
+        num_items_in_batch = (labels != -100).sum()
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The full model of Figure 1: encoder-decoder, then the linear pre-softmax projection that shares
+    its weight matrix with the embeddings (Section 3.4)."""
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__(config)
+        if config.share_encoder_decoder_embeddings and not config.tie_word_embeddings:
+            raise ValueError(
+                "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True: in transformers 5 the "
+                "latter switches every tie on or off. Set both, or set share_encoder_decoder_embeddings=False."
+            )
+        self.model = VanillaTransformerModel(config)
+        if config.share_encoder_decoder_embeddings:
+            self._tied_weights_keys = {
+                "lm_head.weight": "model.shared.weight",
+                "model.encoder.embed_tokens.weight": "model.shared.weight",
+                "model.decoder.embed_tokens.weight": "model.shared.weight",
+            }
+        elif config.tie_word_embeddings:
+            self._tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
+        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
+        if config.output_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(1, config.decoder_vocab_size))
+        self.post_init()
+
+    def get_encoder(self) -> VanillaTransformerEncoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> VanillaTransformerDecoder:
+        return self.model.decoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        r"""labels: target token ids, -100 where no loss is wanted. Decoder inputs default to the labels
+        shifted right. num_items_in_batch: passed by Trainer so the loss is a mean over the whole
+        accumulated batch."""
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=encoder_outputs,
+            decoder_attention_mask=decoder_attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        if self.config.output_bias:
+            logits = logits + self.final_logits_bias.to(logits.dtype)
+
+        loss = None
+        if labels is not None:
+            loss = label_smoothed_cross_entropy(
+                logits, labels.to(logits.device), self.config.label_smoothing, num_items_in_batch
+            )
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+__all__ = [
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerModel",
+    "VanillaTransformerPreTrainedModel",
+    "sinusoidal_position_encoding",
+]
