@@ -18,7 +18,9 @@ from .modeling_vanilla_transformer import (
 
 AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
 AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
-AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True)
+AutoModelForSeq2SeqLM.register(
+    VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True
+)
 
 VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")

@@ -9,7 +9,6 @@ This module is copied next to saved weights for `trust_remote_code=True` users: 
 anything from `hf_vanilla_transformer` except through relative imports.
 """
 
-
 from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
@@ -125,10 +124,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
     init_std: float | None = None
     use_cache: bool = True
     is_encoder_decoder: bool = True
-    pad_token_id: int | None = 0
-    bos_token_id: int | None = 2
-    eos_token_id: int | list[int] | None = 3
-    decoder_start_token_id: int | None = 2
+    # fairseq's dictionary order, which `train_shared_bpe_tokenizer` follows: <s>=0 <pad>=1 </s>=2 <unk>=3.
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = 0
 
     def __post_init__(self, **kwargs: Any) -> None:
         self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size

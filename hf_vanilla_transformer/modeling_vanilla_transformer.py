@@ -16,7 +16,6 @@ library's generation, Trainer and loading code treat it as one of their own. It 
 weights for `trust_remote_code=True` users, so it imports the package only relatively.
 """
 
-
 import math
 from collections.abc import Callable
 
@@ -25,7 +24,7 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -55,7 +54,9 @@ def sinusoidal_position_encoding(
     positions = torch.arange(offset, offset + num_positions, dtype=torch.float64)[:, None]
     if layout == "fairseq":
         half = dim // 2
-        inverse_frequencies = torch.exp(torch.arange(half, dtype=torch.float64) * -(math.log(10000) / (half - 1)))
+        inverse_frequencies = torch.exp(
+            torch.arange(half, dtype=torch.float64) * -(math.log(10000) / (half - 1))
+        )
     else:
         two_i = torch.arange(0, dim, 2, dtype=torch.float64)
         inverse_frequencies = 10000.0 ** (-two_i / dim)
@@ -85,7 +86,9 @@ class VanillaTransformerPositionalEncoding(nn.Module):
         if self.learned:
             self.weight = nn.Parameter(torch.empty(config.max_position_embeddings, config.d_model))
         else:
-            self.register_buffer("weight", self.sinusoid_table(config.max_position_embeddings), persistent=False)
+            self.register_buffer(
+                "weight", self.sinusoid_table(config.max_position_embeddings), persistent=False
+            )
 
     def sinusoid_table(self, num_positions: int) -> torch.Tensor:
         return sinusoidal_position_encoding(num_positions, self.dim, self.layout, self.offset)
@@ -220,7 +223,9 @@ class VanillaTransformerFeedForward(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         hidden_states = self.activation_fn(self.fc1(hidden_states))
-        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = nn.functional.dropout(
+            hidden_states, p=self.activation_dropout, training=self.training
+        )
         return self.fc2(hidden_states)
 
 
@@ -268,7 +273,9 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         super().__init__()
         self.dropout = config.dropout
         heads, head_dims = config.decoder_attention_heads, config.decoder_head_dims
-        self.self_attn = VanillaTransformerAttention(config, heads, head_dims, is_causal=True, layer_idx=layer_idx)
+        self.self_attn = VanillaTransformerAttention(
+            config, heads, head_dims, is_causal=True, layer_idx=layer_idx
+        )
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.encoder_attn = VanillaTransformerAttention(config, heads, head_dims, layer_idx=layer_idx)
         self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -430,7 +437,9 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
 
         if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+            past_key_values = EncoderDecoderCache(
+                DynamicCache(config=self.config), DynamicCache(config=self.config)
+            )
         batch_size, seq_length = inputs_embeds.shape[:2]
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         position_ids = torch.arange(seq_length, device=inputs_embeds.device) + past_length
@@ -579,6 +588,32 @@ def label_smoothed_cross_entropy(
     return loss / num_items_in_batch
 
 
+LENGTH_PENALTY_TYPES = ("gnmt", "transformers")
+
+
+def gnmt_length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Tensor | float:
+    """lp(Y) = ((5 + |Y|) / 6)^alpha, the length penalty of Wu et al. (2016) used in Section 6.1."""
+    return ((5 + length) / 6) ** alpha
+
+
+class SourceLengthLimitLogitsProcessor(LogitsProcessor):
+    """Section 6.1's "maximum output length of input length + 50": once hypothesis i has as many
+    tokens as its own source's limit, only the end-of-sequence token may follow."""
+
+    def __init__(self, limits: torch.Tensor, eos_token_id: int, prompt_length: int = 1) -> None:
+        self.limits = limits
+        self.eos_token_id = eos_token_id
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        # generate() repeats each source num_beams (or num_return_sequences) times, consecutively.
+        limits = self.limits.to(scores.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
+        at_limit = (input_ids.shape[1] - self.prompt_length) >= limits
+        forced = torch.full_like(scores, -float("inf"))
+        forced[:, self.eos_token_id] = 0
+        return torch.where(at_limit[:, None], forced, scores)
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The full model of Figure 1: encoder-decoder, then the linear pre-softmax projection that shares
     its weight matrix with the embeddings (Section 3.4)."""
@@ -587,8 +622,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         super().__init__(config)
         if config.share_encoder_decoder_embeddings and not config.tie_word_embeddings:
             raise ValueError(
-                "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True: in transformers 5 the "
-                "latter switches every tie on or off. Set both, or set share_encoder_decoder_embeddings=False."
+                "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True: in transformers 5 "
+                "the latter turns every tie on or off. Set both, or share_encoder_decoder_embeddings=False."
             )
         self.model = VanillaTransformerModel(config)
         if config.share_encoder_decoder_embeddings:
@@ -676,10 +711,95 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @torch.no_grad()
+    def generate(
+        self,
+        inputs: torch.Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
+        logits_processor: LogitsProcessorList | None = None,
+        length_penalty_type: str | None = None,
+        max_length_offset: int | None = None,
+        **kwargs,
+    ) -> torch.LongTensor:
+        """`GenerationMixin.generate` plus the paper's decoding rules (Section 6.1), each selectable here or
+        in the generation config (where `paper_generation_config()` puts them):
+
+        - `length_penalty_type="gnmt"`: beam scores are divided by ((5 + |Y|) / 6)^length_penalty, the
+          penalty of Wu et al. (2016), instead of transformers' |Y|^length_penalty ("transformers").
+        - `max_length_offset=50`: each output stops at its own input length + 50 tokens (before the end
+          token). Ignored when `max_new_tokens` or `max_length` is passed to this call.
+        """
+        config = generation_config or self.generation_config
+        penalty_type = length_penalty_type or getattr(config, "length_penalty_type", None) or "transformers"
+        if penalty_type not in LENGTH_PENALTY_TYPES:
+            raise ValueError(
+                f"Unknown length_penalty_type {penalty_type!r}: choose one of {LENGTH_PENALTY_TYPES}."
+            )
+        if max_length_offset is None:
+            max_length_offset = getattr(config, "max_length_offset", None)
+        if max_length_offset is not None and "max_new_tokens" not in kwargs and "max_length" not in kwargs:
+            source = inputs if inputs is not None else kwargs.get("input_ids")
+            if source is None:
+                raise ValueError("max_length_offset needs the source input_ids, to know each input's length.")
+            mask = kwargs.get("attention_mask")
+            lengths = mask.sum(dim=1) if mask is not None else source.ne(self.config.pad_token_id).sum(dim=1)
+            limits = lengths + max_length_offset
+            eos = self.config.eos_token_id
+            eos = eos[0] if isinstance(eos, list) else eos
+            logits_processor = LogitsProcessorList(
+                [*(logits_processor or []), SourceLengthLimitLogitsProcessor(limits, eos)]
+            )
+            kwargs["max_new_tokens"] = int(limits.max()) + 1
+        self._gnmt_length_penalty = penalty_type == "gnmt"
+        try:
+            return super().generate(inputs, generation_config, logits_processor=logits_processor, **kwargs)
+        finally:
+            self._gnmt_length_penalty = False
+
+    # transformers' beam search divides a hypothesis' log-probability by length ** length_penalty, and
+    # these two hooks are where it does. For the GNMT penalty they pass a length L' with
+    # L' ** alpha == ((5 + L) / 6) ** alpha, so the rest of the search stays transformers' own.
+    def _update_finished_beams(self, *, cur_len: int, decoder_prompt_len: int, **kwargs):
+        if getattr(self, "_gnmt_length_penalty", False):
+            cur_len = decoder_prompt_len - 1 + gnmt_length_penalty(cur_len + 1 - decoder_prompt_len, 1.0)
+        return super()._update_finished_beams(
+            cur_len=cur_len, decoder_prompt_len=decoder_prompt_len, **kwargs
+        )
+
+    def _check_early_stop_heuristic(
+        self, *, cur_len: int, max_length: int, decoder_prompt_len: int, **kwargs
+    ):
+        if getattr(self, "_gnmt_length_penalty", False):
+            cur_len = decoder_prompt_len + gnmt_length_penalty(cur_len - decoder_prompt_len, 1.0)
+            max_length = decoder_prompt_len + gnmt_length_penalty(max_length - decoder_prompt_len, 1.0)
+        return GenerationMixin._check_early_stop_heuristic(
+            cur_len=cur_len, max_length=max_length, decoder_prompt_len=decoder_prompt_len, **kwargs
+        )
+
+
+def paper_generation_config(config: VanillaTransformerConfig, **overrides) -> GenerationConfig:
+    """The decoding of Section 6.1: beam size 4, GNMT length penalty alpha = 0.6, outputs up to the
+    input length + 50, stopping as soon as the beams are finished."""
+    values = dict(
+        num_beams=4,
+        length_penalty=0.6,
+        early_stopping=True,
+        length_penalty_type="gnmt",
+        max_length_offset=50,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
+    values.update(overrides)
+    return GenerationConfig(**values)
+
 
 __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "gnmt_length_penalty",
+    "paper_generation_config",
     "sinusoidal_position_encoding",
 ]

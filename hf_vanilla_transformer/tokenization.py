@@ -1,0 +1,177 @@
+"""Shared source-target byte-pair-encoding vocabulary (Vaswani et al., 2017, Section 5.1).
+
+The paper encodes WMT 2014 English-German with "byte-pair encoding, which has a shared source-target
+vocabulary of about 37000 tokens". `train_shared_bpe_tokenizer` learns one such vocabulary over source and
+target text together with the `tokenizers` library and wraps it as a `PreTrainedTokenizerFast`, so the
+same tokenizer encodes the encoder input and the labels and `save_pretrained` / `AutoTokenizer` need no
+custom class.
+
+Pipeline: NFKC normalization, then `Metaspace` pre-tokenization (SentencePiece style: each space becomes
+"▁" and starts a word), a BPE model, and a post-processor that appends `</s>` to every sequence. The
+decoder of the model starts from `<s>` (its `decoder_start_token_id`); the tokenizer never inserts it.
+Because spaces are kept as "▁", decoding gives back the normalized text: `decode(encode(s),
+skip_special_tokens=True) == s` for ordinary sentences, except that NFKC rewrites compatibility characters
+(non-breaking space, "…", full-width forms) and a leading space is dropped.
+"""
+
+
+import itertools
+import os
+from collections.abc import Iterable, Iterator
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+PAD_TOKEN = "<pad>"
+UNK_TOKEN = "<unk>"
+BOS_TOKEN = "<s>"
+EOS_TOKEN = "</s>"
+# The trainer assigns ids in list order: fairseq's dictionary order <s>=0, <pad>=1, </s>=2, <unk>=3 (the
+# config's defaults), which also keeps the padding id non-zero: transformers' beam search pads finished
+# hypotheses with `pad_token_id or eos_token_id`, so a padding id of 0 would pad with end tokens.
+SPECIAL_TOKENS = (BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
+
+TextSource = str | os.PathLike
+
+
+def _iter_texts(sources: Iterable[TextSource]) -> Iterator[str]:
+    """Yield non-empty strings, reading `os.PathLike` items as UTF-8 files with one sentence per line."""
+    for position, source in enumerate(sources):
+        if isinstance(source, os.PathLike):
+            with open(source, encoding="utf-8") as handle:
+                for line in handle:
+                    text = line.rstrip("\n")
+                    if text.strip():
+                        yield text
+            continue
+        if not isinstance(source, str):
+            raise TypeError(
+                f"Expected str texts or os.PathLike files, got {type(source).__name__} at item {position}."
+            )
+        # A file name passed as a plain string would silently become a one-word training text.
+        if position == 0 and "\n" not in source and len(source) < 4096 and os.path.isfile(source):
+            raise ValueError(
+                f"The first text {source!r} names an existing file. Texts are taken literally; "
+                f"pass pathlib.Path({source!r}) to train on the file's lines."
+            )
+        if source.strip():
+            yield source
+
+
+def train_shared_bpe_tokenizer(
+    texts_or_files: Iterable[TextSource] | os.PathLike,
+    vocab_size: int = 37000,
+    min_frequency: int = 2,
+    *,
+    limit_alphabet: int | None = None,
+    model_max_length: int = 1024,
+    show_progress: bool = True,
+) -> PreTrainedTokenizerFast:
+    """Learn one BPE vocabulary shared by source and target language (Section 5.1).
+
+    Args:
+        texts_or_files: the training text of both languages. Either an iterable (list, generator,
+            `datasets` column) whose items are sentences (`str`) or files (`os.PathLike`, e.g.
+            `pathlib.Path`, read as UTF-8 with one sentence per line), or a single path. Plain strings are
+            always text, never file names. Empty lines are skipped.
+        vocab_size: size of the final vocabulary, special tokens and alphabet included. The paper uses
+            about 37000 for English-German.
+        min_frequency: a pair must occur at least this often to be merged.
+        limit_alphabet: keep only this many of the most frequent characters; rarer characters become
+            `<unk>`. `None` keeps every character seen, so all of the training text round-trips.
+        model_max_length: longest input, in tokens, the tokenizer reports to `transformers`; matches the
+            default `max_position_embeddings` of `VanillaTransformerConfig`.
+        show_progress: show the trainer's progress bars.
+
+    Returns:
+        A `PreTrainedTokenizerFast` with `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, which appends `</s>` to
+        every sequence and pads on the right.
+
+    Raises:
+        TypeError: `texts_or_files` is a single `str`, or an item is neither `str` nor `os.PathLike`.
+        ValueError: there is no non-empty text, or `vocab_size` cannot hold the special tokens and the
+            alphabet (the message gives the minimum).
+    """
+    if isinstance(texts_or_files, str):
+        raise TypeError(
+            "texts_or_files is a single str; pass a list of sentences, or pathlib.Path(...) for a file."
+        )
+    sources = [texts_or_files] if isinstance(texts_or_files, os.PathLike) else texts_or_files
+    texts = _iter_texts(sources)
+    first = next(texts, None)
+    if first is None:
+        raise ValueError("No training text: texts_or_files is empty or contains only blank lines.")
+
+    tokenizer = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    # BpeTrainer rejects limit_alphabet=None; leaving it out is what keeps every character.
+    alphabet_option = {} if limit_alphabet is None else {"limit_alphabet": limit_alphabet}
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        show_progress=show_progress,
+        **alphabet_option,
+    )
+    tokenizer.train_from_iterator(itertools.chain([first], texts), trainer=trainer)
+    # The trainer never drops characters to honour vocab_size; it silently returns a larger vocabulary.
+    minimum = tokenizer.get_vocab_size()
+    if minimum > vocab_size:
+        raise ValueError(
+            f"vocab_size={vocab_size} cannot hold the {len(SPECIAL_TOKENS)} special tokens and the alphabet "
+            f"of {minimum - len(SPECIAL_TOKENS)} characters (Metaspace's '▁' included); the minimum is "
+            f"{minimum}. Raise vocab_size or set limit_alphabet."
+        )
+
+    eos_id = SPECIAL_TOKENS.index(EOS_TOKEN)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS_TOKEN}",
+        pair=f"$A {EOS_TOKEN} $B:1 {EOS_TOKEN}:1",
+        special_tokens=[(EOS_TOKEN, eos_id)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD_TOKEN,
+        unk_token=UNK_TOKEN,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        model_max_length=model_max_length,
+        padding_side="right",
+        # Metaspace already restores spacing; the WordPiece-era clean-up would only warn for BPE.
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedTokenizerBase:
+    """Load a tokenizer with `AutoTokenizer` and check it defines pad, unk, bos and eos tokens.
+
+    The model needs all four: padding and the loss mask use pad, generation starts from bos (Section 5.1's
+    vocabulary has no other start symbol) and stops at eos. Their ids are not required to be 0-3, since
+    converted checkpoints (Marian, for one) carry their own ids in the
+    model config.
+
+    Args:
+        name_or_path: a directory written by `save_pretrained`, or a Hub id (offline: only if cached).
+        **kwargs: passed to `AutoTokenizer.from_pretrained`.
+
+    Raises:
+        ValueError: a special token is unset or missing from the vocabulary.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    vocab = tokenizer.get_vocab()
+    problems = []
+    for role in ("pad_token", "unk_token", "bos_token", "eos_token"):
+        token = getattr(tokenizer, role)
+        if token is None:
+            problems.append(f"{role} is not set")
+        elif str(token) not in vocab:
+            problems.append(f"{role}={str(token)!r} is not in the vocabulary")
+    if problems:
+        raise ValueError(
+            f"Tokenizer at {str(name_or_path)!r} cannot be used with this model: {'; '.join(problems)}. "
+            f"Train one with train_shared_bpe_tokenizer (which defines {', '.join(SPECIAL_TOKENS)}) or set "
+            "the missing tokens with tokenizer.add_special_tokens({...})."
+        )
+    return tokenizer

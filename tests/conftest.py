@@ -1,0 +1,37 @@
+"""Shared test set-up: offline Hub, deterministic tiny models."""
+
+import os
+
+# Read by huggingface_hub at import time: set before anything imports it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from hf_vanilla_transformer import (  # noqa: E402
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def tiny_config(**overrides) -> VanillaTransformerConfig:
+    """A base-shaped model small enough for unit tests (2+2 layers, d_model 32, 4 heads)."""
+    values = dict(vocab_size=64, d_model=32, N=2, h=4, d_ff=64, max_position_embeddings=64)
+    values.update(overrides)
+    return VanillaTransformerConfig.from_preset("base", **values)
+
+
+def tiny_model(seed: int = 0, **overrides) -> VanillaTransformerForConditionalGeneration:
+    torch.manual_seed(seed)
+    return VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
+
+
+@pytest.fixture
+def model() -> VanillaTransformerForConditionalGeneration:
+    return tiny_model()

@@ -1,0 +1,190 @@
+"""BLEU (Section 6.1): detokenized sacreBLEU, paper-style tokenized BLEU with ##AT## splitting, the CLI."""
+
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from hf_vanilla_transformer.evaluation import BleuResult, corpus_bleu, split_compounds, tokenized_bleu
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = REPO_ROOT / "scripts" / "evaluate_bleu.py"
+MULTI30K = REPO_ROOT / "data" / "multi30k"
+REFERENCES = (MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+
+# By hand, one segment, 6 tokens each, no brevity penalty: clipped n-gram matches are 5/6, 3/5, 2/4 and 1/3,
+# so BLEU = 100 * (5/6 * 3/5 * 2/4 * 1/3) ** (1/4) = 100 * (1/12) ** (1/4).
+CAT_HYP, CAT_REF = "the cat sat on the mat", "the cat sat on a mat"
+CAT_BLEU = 100 * (1 / 12) ** 0.25
+
+# A compound that is half right. Without splitting: 6 tokens, matches 5/6, 3/5, 2/4, 1/3 -> (1/12)^(1/4).
+# Split, "schwarz-grauer" becomes "schwarz ##AT##-##AT## grauer": 8 tokens, matches 7/8, 5/7, 3/6, 1/5,
+# so BLEU = 100 * (1/16) ** (1/4) = 50 exactly.
+COMPOUND_HYP = "ein schwarz-grauer Hund läuft im Schnee"
+COMPOUND_REF = "ein schwarz-weißer Hund läuft im Schnee"
+
+
+def _degraded(lines: list[str]) -> list[str]:
+    """Plausible imperfect output: drop every third segment's last word, swap words in every fifth."""
+    out = []
+    for i, line in enumerate(lines):
+        words = line.split()
+        if i % 3 == 0 and len(words) > 2:
+            words = words[:-2] + words[-1:]
+        if i % 5 == 0 and len(words) > 3:
+            words[1], words[2] = words[2], words[1]
+        out.append(" ".join(words))
+    return out
+
+
+def test_identical_text_scores_100():
+    result = corpus_bleu(REFERENCES, REFERENCES)
+    assert isinstance(result, BleuResult)
+    assert result.score == pytest.approx(100.0)
+    assert result.brevity_penalty == pytest.approx(1.0)
+    assert result.signature == f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sacrebleu.__version__}"
+    assert tokenized_bleu(REFERENCES, REFERENCES).score == pytest.approx(100.0)
+
+
+def test_hand_computed_example():
+    assert corpus_bleu([CAT_HYP], [CAT_REF]).score == pytest.approx(CAT_BLEU)
+    result = tokenized_bleu([CAT_HYP], [CAT_REF], compound_split=False)
+    assert result.score == pytest.approx(CAT_BLEU)
+    assert result.precisions == pytest.approx((100 * 5 / 6, 100 * 3 / 5, 100 * 2 / 4, 100 * 1 / 3))
+    assert (result.hyp_len, result.ref_len) == (6, 6)
+
+
+def test_matches_sacrebleu_on_multi30k():
+    hypotheses = _degraded(REFERENCES)
+    expected = sacrebleu.corpus_bleu(hypotheses, [REFERENCES])
+    result = corpus_bleu(hypotheses, REFERENCES)
+    assert result.score == expected.score
+    assert 20 < result.score < 100
+    assert (result.hyp_len, result.ref_len) == (expected.sys_len, expected.ref_len)
+
+
+def test_compound_splitting_changes_score_as_computed_by_hand():
+    unsplit = tokenized_bleu([COMPOUND_HYP], [COMPOUND_REF], compound_split=False)
+    split = tokenized_bleu([COMPOUND_HYP], [COMPOUND_REF])
+    assert unsplit.score == pytest.approx(100 * (1 / 12) ** 0.25)
+    assert split.score == pytest.approx(50.0)
+    assert (split.hyp_len, split.ref_len) == (8, 8)
+    assert split.signature.startswith("tokenized|pretok:13a|compound:atat|")
+    assert unsplit.signature.startswith("tokenized|pretok:13a|compound:no|")
+    assert "tok:none|smooth:none" in split.signature
+
+
+def test_correct_compound_counts_three_tokens():
+    # Both sides right: splitting turns one matching token into three, so the score goes up.
+    hyp = ["Das Science-Fiction-Buch liegt auf dem Tisch neben der Lampe"]
+    ref = ["Das Science-Fiction-Buch liegt auf einem Tisch neben der Lampe"]
+    assert tokenized_bleu(hyp, ref).score > tokenized_bleu(hyp, ref, compound_split=False).score
+
+
+def test_tokenized_bleu_tokenizes_before_splitting():
+    # 13a separates punctuation, so pre-tokenized and raw text agree; without hyphens the split is a no-op.
+    raw, pretokenized = ["Ein Mann, der läuft."], ["Ein Mann , der läuft ."]
+    assert tokenized_bleu(raw, pretokenized).score == pytest.approx(100.0)
+    hypotheses = _degraded(REFERENCES)
+    without_hyphens = [i for i, ref in enumerate(REFERENCES) if "-" not in ref and "-" not in hypotheses[i]]
+    hyps = [hypotheses[i] for i in without_hyphens]
+    refs = [REFERENCES[i] for i in without_hyphens]
+    assert tokenized_bleu(hyps, refs).score == tokenized_bleu(hyps, refs, compound_split=False).score
+
+
+def test_split_compounds_follows_the_perl_rule():
+    text = "Rich-Text-Formate a-b-c x - y 3-4 -a b-"
+    expected = (
+        "Rich ##AT##-##AT## Text ##AT##-##AT## Formate a ##AT##-##AT## b-c x - y 3 ##AT##-##AT## 4 -a b-"
+    )
+    assert split_compounds(text) == expected
+    if shutil.which("perl"):
+        perl = subprocess.run(
+            ["perl", "-ple", "s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g"],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert perl.stdout.rstrip("\n") == expected
+
+
+@pytest.mark.parametrize("score", [corpus_bleu, tokenized_bleu])
+def test_input_errors(score):
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        score(["a b", "c d"], ["a b"])
+    with pytest.raises(ValueError, match="Empty input"):
+        score([], [])
+    with pytest.raises(TypeError, match="not a single str"):
+        score("a b c", ["a b c"])
+    with pytest.raises(TypeError, match=r"references\[1\] is NoneType"):
+        score(["a", "b"], ["a", None])
+
+
+def test_result_serializes():
+    result = corpus_bleu([CAT_HYP], [CAT_REF])
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["score"] == pytest.approx(CAT_BLEU)
+    assert data["signature"] == result.signature
+    assert str(result).startswith(f"BLEU = {CAT_BLEU:.2f} 83.3/60.0/50.0/33.3")
+
+
+@pytest.fixture
+def files(tmp_path) -> tuple[Path, Path]:
+    hypotheses, references = tmp_path / "hyp.de", tmp_path / "ref.de"
+    hypotheses.write_text("\n".join(_degraded(REFERENCES)) + "\n", encoding="utf-8")
+    references.write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
+    return hypotheses, references
+
+
+# Slow only because the script imports the package, whose __init__ loads torch and the model classes.
+@pytest.mark.slow
+def test_cli_subprocess_prints_score_and_signature(files):
+    hypotheses, references = files
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "--hypotheses", str(hypotheses), "--references", str(references)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    expected = corpus_bleu(_degraded(REFERENCES), REFERENCES)
+    score_line, signature_line = completed.stdout.strip().splitlines()
+    assert score_line == str(expected)
+    assert signature_line == f"signature: {expected.signature}"
+
+
+def _run_cli(argv: list[str]) -> None:
+    main = runpy.run_path(str(SCRIPT))["main"]
+    main(argv)
+
+
+def test_cli_json_and_tokenized(files, capsys):
+    hypotheses, references = files
+    common = ["--hypotheses", str(hypotheses), "--references", str(references), "--json"]
+    _run_cli(common)
+    detokenized = json.loads(capsys.readouterr().out)
+    _run_cli([*common, "--tokenized"])
+    tokenized = json.loads(capsys.readouterr().out)
+    for printed, score in ((detokenized, corpus_bleu), (tokenized, tokenized_bleu)):
+        expected = score(_degraded(REFERENCES), REFERENCES)
+        assert printed["score"] == pytest.approx(expected.score)
+        assert printed["signature"] == expected.signature
+    assert tokenized["signature"].startswith("tokenized|")
+
+
+def test_cli_reports_mismatched_files(files, tmp_path, capsys):
+    hypotheses, _ = files
+    short = tmp_path / "short.de"
+    short.write_text("Ein Hund.\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        _run_cli(["--hypotheses", str(hypotheses), "--references", str(short)])
+    assert exit_info.value.code == 2
+    assert "1000 hypotheses but 1 references" in capsys.readouterr().err
