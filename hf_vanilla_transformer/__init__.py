@@ -1,9 +1,10 @@
 """hf-vanilla-transformer: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a
 first-class Hugging Face transformers model.
 
-Importing the package registers the model with AutoConfig, AutoModel and AutoModelForSeq2SeqLM, and
-marks the classes so that `save_pretrained` writes their code next to the weights: people without the
-package load such folders or Hub repos with `trust_remote_code=True`.
+Importing the package registers the model with AutoConfig, AutoModel and AutoModelForSeq2SeqLM,
+restores `pipeline("translation")` (dropped in transformers 5), and marks the classes so that
+`save_pretrained` writes their code next to the weights: people without the package load such folders
+or Hub repos with `trust_remote_code=True`.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
@@ -15,6 +16,7 @@ from .modeling_vanilla_transformer import (
     VanillaTransformerPreTrainedModel,
     sinusoidal_position_encoding,
 )
+from .translation_pipeline import TranslationPipeline, register_translation_pipeline
 
 AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
 AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
@@ -25,10 +27,12 @@ AutoModelForSeq2SeqLM.register(
 VanillaTransformerConfig.register_for_auto_class()
 VanillaTransformerModel.register_for_auto_class("AutoModel")
 VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+register_translation_pipeline()
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "TranslationPipeline",
     "VanillaTransformerConfig",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",

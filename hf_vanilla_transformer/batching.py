@@ -1,0 +1,200 @@
+"""Token-budget batching of sentence pairs (Vaswani et al., 2017, Section 5.1).
+
+"Sentence pairs were batched together by approximate sequence length. Each training batch contained a set of
+sentence pairs containing approximately 25000 source tokens and 25000 target tokens." The budget here counts
+*padded* tokens (batch size times the longest sequence, for each side), which is what memory and compute pay
+for. A collator that pads further (``pad_to_multiple_of``) can exceed the budget by that rounding. The paper's
+25000 is per training step on 8 GPUs; ``max_tokens`` is per process and micro-batch, so the paper's setting
+is ``25000 / (processes * gradient_accumulation_steps)``.
+
+Multi-process training: every process builds the same batches from the same seed and epoch, then keeps every
+``num_replicas``-th one starting at ``rank``. So that every process runs the same number of steps (a missing
+step would hang the gradient all-reduce) without repeating or dropping examples, the batch count is first
+raised to a multiple of ``num_replicas`` by splitting the batches holding the most pairs in two: the
+"remainder" becomes a few smaller batches, and every example is still seen exactly once per epoch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow.compute as pc
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+if TYPE_CHECKING:
+    import datasets
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Batch sampler yielding lists of example indices whose padded size fits a token budget (Section 5.1).
+
+    Pairs are sorted by (source length, target length) after a seeded shuffle, so equal-length pairs land in
+    different batches each epoch, and packed greedily: a pair joins the current batch while
+    ``batch_size * max_source_len <= max_tokens`` and ``batch_size * max_target_len <= max_tokens``.
+    The order of the batches is shuffled each epoch from ``seed + epoch`` (call ``set_epoch``).
+
+    Pass it as ``DataLoader(dataset, batch_sampler=sampler)``. It deliberately has no ``batch_size``
+    attribute: accelerate's ``BatchSamplerShard`` would then keep only batches of exactly that size. With
+    accelerate (and so ``transformers.Trainer``), give the sampler ``num_replicas`` and ``rank``, and call
+    ``bypass_accelerate_sharding`` on the prepared dataloader.
+    """
+
+    def __init__(
+        self,
+        src_lengths: Sequence[int],
+        tgt_lengths: Sequence[int],
+        max_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        if len(src_lengths) != len(tgt_lengths):
+            raise ValueError(
+                f"src_lengths has {len(src_lengths)} entries but tgt_lengths has {len(tgt_lengths)}; "
+                "they must describe the same sentence pairs."
+            )
+        if len(src_lengths) == 0:
+            raise ValueError("Cannot batch an empty dataset (src_lengths and tgt_lengths are empty).")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens}.")
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas must be >= 1, got {num_replicas}.")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}.")
+        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
+        self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
+        self.max_tokens = max_tokens
+        too_long = np.flatnonzero(np.maximum(self.src_lengths, self.tgt_lengths) > max_tokens)
+        if too_long.size:
+            index = int(too_long[0])
+            src_len, tgt_len = int(self.src_lengths[index]), int(self.tgt_lengths[index])
+            side, length = ("source", src_len) if src_len >= tgt_len else ("target", tgt_len)
+            raise ValueError(
+                f"Example {index} has a {side} length of {length} tokens, more than the token budget "
+                f"max_tokens={max_tokens}, so it fits in no batch ({too_long.size} example(s) in all). Raise "
+                f"--max-tokens to at least {length}, or filter out long pairs (tokenize_pairs(..., "
+                "long_pairs='filter') with smaller max_source_length / max_target_length)."
+            )
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        # Equal-length pairs are interchangeable for packing, so the batch sizes (and hence len()) do not
+        # depend on the epoch's shuffle; computing them once on the unshuffled order is exact.
+        self._num_batches = len(self._build_batches(None))
+
+    @classmethod
+    def from_dataset(
+        cls,
+        dataset: datasets.Dataset,
+        max_tokens: int,
+        source_column: str = "input_ids",
+        target_column: str = "labels",
+        **kwargs,
+    ) -> TokenBudgetBatchSampler:
+        """Build the sampler from a tokenized ``datasets.Dataset`` (e.g. the output of ``tokenize_pairs``).
+
+        Lengths are read with Arrow, without decoding the rows, so this is fast on millions of pairs.
+        """
+        arrow = dataset.with_format("arrow")
+        src_lengths = pc.list_value_length(arrow[source_column]).to_pylist()
+        tgt_lengths = pc.list_value_length(arrow[target_column]).to_pylist()
+        return cls(src_lengths, tgt_lengths, max_tokens, **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose shuffle to use; every process must pass the same value."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self._num_batches // self.num_replicas
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            yield from self._build_batches(None)[self.rank :: self.num_replicas]
+            return
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        batches = self._build_batches(generator)
+        order = torch.randperm(len(batches), generator=generator).tolist()
+        yield from (batches[i] for i in order[self.rank :: self.num_replicas])
+
+    def _build_batches(self, generator: torch.Generator | None) -> list[list[int]]:
+        """All batches of the epoch for every process, in length order; ``generator`` shuffles ties."""
+        count = len(self.src_lengths)
+        order = np.arange(count) if generator is None else torch.randperm(count, generator=generator).numpy()
+        # Two stable sorts give (source, target) order with ties kept in the shuffled order.
+        order = order[np.argsort(self.tgt_lengths[order], kind="stable")]
+        order = order[np.argsort(self.src_lengths[order], kind="stable")]
+
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        src_max = tgt_max = 0
+        rows = zip(
+            order.tolist(), self.src_lengths[order].tolist(), self.tgt_lengths[order].tolist(), strict=True
+        )
+        for index, src_len, tgt_len in rows:
+            new_src_max, new_tgt_max = max(src_max, src_len), max(tgt_max, tgt_len)
+            size = len(batch) + 1
+            if batch and (size * new_src_max > self.max_tokens or size * new_tgt_max > self.max_tokens):
+                batches.append(batch)
+                batch = []
+                new_src_max, new_tgt_max = src_len, tgt_len
+            batch.append(index)
+            src_max, tgt_max = new_src_max, new_tgt_max
+        batches.append(batch)
+        return self._split_to_multiple_of_replicas(batches)
+
+    def _split_to_multiple_of_replicas(self, batches: list[list[int]]) -> list[list[int]]:
+        """Halve the fullest batches until every replica gets the same number of batches."""
+        missing = -len(batches) % self.num_replicas
+        if missing == 0:
+            return batches
+        if len(self.src_lengths) < len(batches) + missing:
+            raise ValueError(
+                f"Cannot give each of the {self.num_replicas} processes the same number of batches: "
+                f"{len(self.src_lengths)} examples already form {len(batches)} batches under "
+                f"max_tokens={self.max_tokens}, and {len(batches) + missing} batches would be needed. "
+                "Use more data, a larger --max-tokens or fewer processes."
+            )
+        # Max-heap on batch size. The key tuple breaks ties identically on every process, and sorting by it
+        # afterwards puts the two halves of a split batch where the batch was, keeping length order.
+        heap = [(-len(batch), (position,), batch) for position, batch in enumerate(batches)]
+        heapq.heapify(heap)
+        for _ in range(missing):
+            _, key, batch = heapq.heappop(heap)
+            half = len(batch) // 2
+            heapq.heappush(heap, (-half, (*key, 0), batch[:half]))
+            heapq.heappush(heap, (-(len(batch) - half), (*key, 1), batch[half:]))
+        return [batch for _, _, batch in sorted(heap, key=lambda item: item[1])]
+
+
+def bypass_accelerate_sharding(dataloader: DataLoader, sampler: TokenBudgetBatchSampler) -> None:
+    """Make accelerate's batch-sampler sharding a pass-through for a sampler that shards itself (Section 5.1).
+
+    ``Accelerator.prepare`` wraps the batch sampler of a DataLoader in ``BatchSamplerShard`` when there are
+    several processes. That wrapper deals batches round-robin and, with the default ``even_batches=True``,
+    completes the last round by repeating the first batches of the epoch (``even_batches=False`` instead
+    leaves the processes with unequal step counts). ``TokenBudgetBatchSampler`` already gives each rank an
+    equal, disjoint share, so the wrapper is set to one process, as ``transformers.Trainer`` does for its own
+    ``BatchRebalanceSampler``. Call this on the dataloader returned by ``prepare``; with one process
+    there is no wrapper and nothing changes.
+    """
+    wrapper = getattr(dataloader, "batch_sampler", None)
+    if wrapper is sampler:
+        return
+    if getattr(wrapper, "batch_sampler", None) is not sampler:
+        raise ValueError(
+            "The dataloader's batch sampler is neither the TokenBudgetBatchSampler nor accelerate's wrapper "
+            f"around it (found {type(wrapper).__name__}); pass the dataloader that Accelerator.prepare "
+            "returned for a DataLoader built with batch_sampler=sampler."
+        )
+    wrapper.num_processes = 1
+    wrapper.process_index = 0
+    # Trainer forwards set_epoch only two wrappers deep; when resuming mid-epoch it adds a SkipBatchSampler
+    # on top, so without this the resumed epoch would replay epoch 0's order on every process.
+    wrapper.set_epoch = sampler.set_epoch

@@ -1,0 +1,76 @@
+"""`pipeline("translation")` for sequence-to-sequence models.
+
+transformers 5 removed its translation pipeline (it points users to chat models), but translating with
+an encoder-decoder is what this package's model is for. Importing the package registers this pipeline
+under the task "translation"; Hub repos published with `scripts/push_to_hub.py` carry this file so that
+users without the package get it with `trust_remote_code=True`. It imports only transformers.
+"""
+
+from typing import Any
+
+from transformers import AutoModelForSeq2SeqLM, Pipeline
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+
+TASK = "translation"
+
+
+class TranslationPipeline(Pipeline):
+    """Translate text: tokenize, `model.generate()` (with the model's own generation config, e.g. the
+    paper's beam search), decode. Returns `[{"translation_text": ...}]` per input, like transformers 4."""
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+    _pipeline_calls_generate = True
+
+    def _sanitize_parameters(
+        self,
+        truncation: bool | None = None,
+        clean_up_tokenization_spaces: bool | None = None,
+        **generate_kwargs,
+    ) -> tuple[dict, dict, dict]:
+        preprocess = {} if truncation is None else {"truncation": truncation}
+        postprocess = {}
+        if clean_up_tokenization_spaces is not None:
+            postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        return preprocess, generate_kwargs, postprocess
+
+    def __call__(
+        self, inputs: str | list[str], **kwargs: Any
+    ) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        result = super().__call__(inputs, **kwargs)
+        if isinstance(inputs, str):
+            return result
+        return [r[0] if isinstance(r, list) and len(r) == 1 else r for r in result]
+
+    def preprocess(self, text: str, truncation: bool = False) -> dict[str, Any]:
+        if not isinstance(text, str):
+            raise TypeError(
+                f"The translation pipeline takes a string or a list of strings, got {type(text).__name__}."
+            )
+        return self.tokenizer(text, return_tensors="pt", truncation=truncation)
+
+    def _forward(self, model_inputs: dict[str, Any], **generate_kwargs: Any) -> dict[str, Any]:
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
+
+    def postprocess(
+        self, model_outputs: dict[str, Any], clean_up_tokenization_spaces: bool = False
+    ) -> list[dict[str, str]]:
+        return [
+            {
+                "translation_text": self.tokenizer.decode(
+                    ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                )
+            }
+            for ids in model_outputs["output_ids"]
+        ]
+
+
+def register_translation_pipeline() -> None:
+    """Make `pipeline("translation", model=...)` build a TranslationPipeline again."""
+    REMOVED_TASKS.pop(TASK, None)
+    PIPELINE_REGISTRY.register_pipeline(
+        TASK, pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )

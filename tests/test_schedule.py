@@ -1,0 +1,96 @@
+"""The paper's learning-rate schedule and optimizer (Section 5.3, Eq. 3)."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from hf_vanilla_transformer.schedule import build_paper_optimizer, get_noam_schedule, noam_lr
+
+
+def formula(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@pytest.mark.parametrize("step", [1, 2, 100, 3999, 4000, 4001, 10_000, 100_000])
+def test_noam_lr_matches_eq_3(step):
+    assert noam_lr(step, 512, 4000) == pytest.approx(formula(step, 512, 4000), rel=1e-12)
+    assert noam_lr(step, 1024, 4000, scale=2.0) == pytest.approx(formula(step, 1024, 4000, 2.0), rel=1e-12)
+
+
+def test_noam_lr_peaks_at_warmup():
+    peak = noam_lr(4000, 512, 4000)
+    assert peak == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-12)
+    assert peak == pytest.approx(6.9877e-4, rel=1e-4)
+    assert noam_lr(3999, 512, 4000) < peak > noam_lr(4001, 512, 4000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(step=0, d_model=512), "step must be >= 1"),
+        (dict(step=1, d_model=0), "d_model"),
+        (dict(step=1, d_model=512, warmup_steps=0), "warmup_steps"),
+    ],
+)
+def test_noam_lr_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        noam_lr(**kwargs)
+
+
+@pytest.mark.parametrize("optimizer_lr", [1.0, 5e-5])
+def test_schedule_sets_eq_3_before_every_update(optimizer_lr):
+    model = nn.Linear(3, 2)
+    optimizer = build_paper_optimizer(model, lr=optimizer_lr)
+    scheduler = get_noam_schedule(optimizer, d_model=16, warmup_steps=5, scale=0.5)
+    for update in range(1, 13):
+        expected = formula(update, 16, 5, 0.5)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
+        assert scheduler.get_last_lr()[0] == pytest.approx(expected, rel=1e-12)
+        model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+
+
+def test_schedule_state_round_trips():
+    model = nn.Linear(3, 2)
+    optimizer = build_paper_optimizer(model)
+    scheduler = get_noam_schedule(optimizer, d_model=16, warmup_steps=5)
+    for _ in range(7):
+        optimizer.step()
+        scheduler.step()
+    restored_optimizer = build_paper_optimizer(model)
+    restored = get_noam_schedule(restored_optimizer, d_model=16, warmup_steps=5)
+    restored_optimizer.load_state_dict(optimizer.state_dict())
+    restored.load_state_dict(scheduler.state_dict())
+    restored_optimizer.step()
+    restored.step()
+    assert restored_optimizer.param_groups[0]["lr"] == pytest.approx(formula(9, 16, 5), rel=1e-12)
+
+
+def test_paper_optimizer_hyperparameters():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2))
+    model[0].weight.requires_grad_(False)
+    optimizer = build_paper_optimizer(model)
+    assert isinstance(optimizer, torch.optim.Adam)
+    group = optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98)
+    assert group["eps"] == 1e-9
+    assert group["weight_decay"] == 0
+    assert len(group["params"]) == 3  # the frozen weight is left out
+
+
+def test_paper_optimizer_errors():
+    frozen = nn.Linear(2, 2).requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        build_paper_optimizer(frozen)
+    with pytest.raises(ValueError, match="lr must be a positive"):
+        build_paper_optimizer(nn.Linear(2, 2), lr=math.nan)
+
+
+def test_schedule_rejects_zero_base_lr():
+    optimizer = torch.optim.Adam(nn.Linear(2, 2).parameters(), lr=0.0)
+    with pytest.raises(ValueError, match="param group 0 has lr 0.0"):
+        get_noam_schedule(optimizer, d_model=16, warmup_steps=5)
