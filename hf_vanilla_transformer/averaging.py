@@ -29,21 +29,24 @@ _CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 _Handles = dict[Path, Any]
 
 
-def last_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
-    """The last ``k`` of Trainer's ``checkpoint-N`` folders in ``run_dir``, oldest first (Section 6.1).
+def last_checkpoints(run_dir: str | Path, k: int | None) -> list[Path]:
+    """The last ``k`` of Trainer's ``checkpoint-N`` folders in ``run_dir`` (all of them if ``k`` is None),
+    oldest first (Section 6.1).
 
     Sorted by N as a number, so ``checkpoint-10000`` comes after ``checkpoint-9000``.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"Run directory {run_dir} does not exist; pass the Trainer's output_dir.")
-    if k < 1:
+    if k is not None and k < 1:
         raise ValueError(f"k must be >= 1, got {k}.")
     found = sorted(
         (int(match.group(1)), path)
         for path in run_dir.iterdir()
         if path.is_dir() and (match := _CHECKPOINT_PATTERN.fullmatch(path.name))
     )
+    if k is None:
+        return [path for _, path in found]
     if len(found) < k:
         names = ", ".join(path.name for _, path in found) or "none"
         raise ValueError(

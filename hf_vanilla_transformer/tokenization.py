@@ -14,7 +14,6 @@ skip_special_tokens=True) == s` for ordinary sentences, except that NFKC rewrite
 (non-breaking space, "…", full-width forms) and a leading space is dropped.
 """
 
-
 import itertools
 import os
 from collections.abc import Iterable, Iterator

@@ -1,0 +1,484 @@
+"""The paper's training recipe (Section 5) on transformers' Seq2SeqTrainer.
+
+- Batches of about N source and N target tokens of similar length (Section 5.1), with gradient
+  accumulation making up for fewer devices than the paper's 8 GPUs.
+- Adam(0.9, 0.98, 1e-9) with the warm-up / inverse-square-root learning rate (Section 5.3).
+- Label smoothing and dropout from the model config (Section 5.4).
+- Checkpoints every `save_steps`, the last K kept, resumable after a crash; the last K averaged into the
+  final model (Section 6.1), which is then evaluated with the paper's beam search and sacreBLEU.
+
+`run_training` is what `scripts/train.py` calls; tests call it too.
+"""
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import PartialState
+from torch.utils.data import DataLoader
+from transformers import (
+    DataCollatorForSeq2Seq,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+)
+from transformers.trainer_utils import seed_worker
+
+from .averaging import average_checkpoints, last_checkpoints
+from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .data import load_parallel_data, tokenize_pairs
+from .evaluation import corpus_bleu
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, paper_generation_config
+from .schedule import build_paper_optimizer, get_noam_schedule
+from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
+from .translation import translate
+
+TOKENIZER_DIR = "tokenizer"
+FINAL_MODEL_DIR = "model"
+RESULTS_FILE = "results.json"
+
+
+@dataclass(frozen=True)
+class TrainingPreset:
+    """One training recipe: the model (a config preset plus overrides) and how to train it."""
+
+    model_preset: str
+    model_overrides: dict[str, Any]
+    max_steps: int
+    tokens_per_step: int  # source (and target) tokens per optimizer step, over all devices
+    max_tokens: int  # per device and micro-batch
+    warmup_steps: int
+    vocab_size: int
+    save_steps: int
+    keep_checkpoints: int
+    average_checkpoints: int
+    eval_steps: int
+    lr_scale: float = 1.0
+    max_length: int = 256
+
+
+TRAINING_PRESETS: dict[str, TrainingPreset] = {
+    # Section 5: 100k steps of ~25000 + 25000 tokens on 8 GPUs; the last 5 checkpoints averaged.
+    "base": TrainingPreset("base", {}, 100_000, 25_000, 3125, 4000, 37_000, 1000, 5, 5, 1000),
+    # Section 6.1: 300k steps; the last 20 checkpoints averaged.
+    "big": TrainingPreset("big", {}, 300_000, 25_000, 3125, 4000, 37_000, 1000, 20, 20, 1000),
+    # A 2-core CPU: a narrower, shallower model and smaller batches, the same recipe otherwise.
+    "cpu": TrainingPreset(
+        "base", {"d_model": 256, "N": 3, "h": 4, "d_ff": 1024}, 6000, 4096, 4096, 1000, 8000, 500, 5, 5, 500
+    ),
+    # The README's demo: the cpu model for about ten minutes on the shipped Multi30k.
+    "cpu-demo": TrainingPreset(
+        "base", {"d_model": 256, "N": 3, "h": 4, "d_ff": 1024}, 1000, 4096, 4096, 400, 8000, 250, 3, 3, 250
+    ),
+}
+
+
+@dataclass
+class TrainingSettings:
+    """Everything a run needs; `scripts/train.py` fills it from the command line."""
+
+    output_dir: str
+    train: str = "data/multi30k/train"
+    train_target: str | None = None
+    dev: str | None = "data/multi30k/val"
+    dev_target: str | None = None
+    test: str | None = "data/multi30k/test_2016_flickr"
+    test_target: str | None = None
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    dataset_config: str | None = None
+    preset: str = "cpu"
+    init_from: str | None = None
+    tokenizer: str | None = None
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    tokens_per_step: int | None = None
+    warmup_steps: int | None = None
+    vocab_size: int | None = None
+    save_steps: int | None = None
+    keep_checkpoints: int | None = None
+    average_checkpoints: int | None = None
+    eval_steps: int | None = None
+    lr_scale: float | None = None
+    max_length: int | None = None
+    long_pairs: str = "filter"
+    seed: int = 1
+    resume: bool = False
+    bf16: bool = False
+    num_beams: int = 4
+    eval_batch_size: int = 64
+    max_eval_sentences: int | None = None
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def recipe(self) -> TrainingPreset:
+        """The preset with every explicitly given setting applied on top."""
+        if self.preset not in TRAINING_PRESETS:
+            raise ValueError(
+                f"Unknown training preset {self.preset!r}: choose one of {sorted(TRAINING_PRESETS)}."
+            )
+        preset = TRAINING_PRESETS[self.preset]
+        chosen = {k: v for k, v in asdict(self).items() if k in preset.__dataclass_fields__ and v is not None}
+        chosen["model_overrides"] = {**preset.model_overrides, **self.model_overrides}
+        recipe = replace(preset, **chosen)
+        for name in (
+            "max_steps",
+            "max_tokens",
+            "tokens_per_step",
+            "save_steps",
+            "eval_steps",
+            "keep_checkpoints",
+        ):
+            if getattr(recipe, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(recipe, name)}.")
+        return recipe
+
+
+class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer whose training batches hold about `max_tokens` source and target tokens each
+    (Section 5.1) instead of a fixed number of sentences; every process gets its own share."""
+
+    def __init__(self, *args, max_tokens: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_tokens = max_tokens
+
+    def get_train_dataloader(self) -> DataLoader:
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        sampler = TokenBudgetBatchSampler.from_dataset(
+            dataset,
+            self.max_tokens,
+            seed=self.args.seed,
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+        )
+        workers = self.args.dataloader_num_workers
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
+        )
+        loader = self.accelerator.prepare(loader)
+        # The sampler shards by process itself; accelerate must not shard its batches a second time.
+        bypass_accelerate_sharding(loader, sampler)
+        return loader
+
+
+class TokenCounter:
+    """Wraps the data collator to count the target tokens trained on, for the tokens/s figure."""
+
+    def __init__(self, collator: DataCollatorForSeq2Seq) -> None:
+        self.collator = collator
+        self.target_tokens = 0
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch = self.collator(features)
+        self.target_tokens += int((batch["labels"] != -100).sum())
+        return batch
+
+
+class ProgressSummaryCallback(TrainerCallback):
+    """Prints dev loss lines as they come, so that a long run is readable without the bars."""
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
+        if state.is_world_process_zero and metrics and "eval_loss" in metrics:
+            print(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}", flush=True)
+
+
+def _accumulation_steps(recipe: TrainingPreset, world_size: int) -> int:
+    return max(1, math.ceil(recipe.tokens_per_step / (recipe.max_tokens * world_size)))
+
+
+def _latest_complete_checkpoint(output_dir: Path) -> Path | None:
+    """The newest checkpoint that was written to the end. Trainer writes `trainer_state.json` last, so a
+    folder without a readable one is what a kill during saving left: it is set aside, not resumed from."""
+    for checkpoint in sorted(last_checkpoints(output_dir, k=None), key=lambda p: -int(p.name.split("-")[1])):
+        try:
+            json.loads((checkpoint / "trainer_state.json").read_text())
+            return checkpoint
+        except (OSError, ValueError):
+            aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
+            print(f"{checkpoint} was not written completely (killed while saving?); moved it to {aside}.")
+            checkpoint.rename(aside)
+    return None
+
+
+def _check_resumable(output_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint to resume from; refuses to train over checkpoints unless asked to resume."""
+    has_checkpoints = output_dir.is_dir() and bool(last_checkpoints(output_dir, k=None))
+    if not resume:
+        if has_checkpoints:
+            raise FileExistsError(
+                f"{output_dir} already holds checkpoints. Pass --resume to continue that run, or choose "
+                "another --output-dir: a new run would overwrite them."
+            )
+        return None
+    last = _latest_complete_checkpoint(output_dir) if has_checkpoints else None
+    if last is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint-N folder in {output_dir} to resume from.")
+    print(f"Resuming from {last}")
+    return last
+
+
+def _check_same_run(checkpoint: Path, config: VanillaTransformerConfig) -> None:
+    """A resumed run must build the same model it saved: otherwise the weights cannot be loaded."""
+    saved = VanillaTransformerConfig.from_pretrained(checkpoint).to_diff_dict()
+    current = config.to_diff_dict()
+    ignored = {"architectures", "auto_map", "transformers_version", "dtype", "_name_or_path", "use_cache"}
+    differences = sorted(
+        f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now"
+        for key in (saved.keys() | current.keys()) - ignored
+        if saved.get(key) != current.get(key)
+    )
+    if differences:
+        raise ValueError(
+            f"Cannot resume from {checkpoint}: its model differs from this run's ({'; '.join(differences)}). "
+            "Resume with the settings of the original run, or start a new --output-dir."
+        )
+
+
+def _same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
+    return a.get_vocab() == b.get_vocab()
+
+
+def _prepare_tokenizer(
+    settings: TrainingSettings, recipe: TrainingPreset, output_dir: Path, train_texts: Any, resuming: bool
+) -> PreTrainedTokenizerBase:
+    """The shared source-target BPE vocabulary of Section 5.1: the run's own (when resuming), the one
+    given, the fine-tuned model's, or a new one trained on the training data (main process only)."""
+    saved_dir = output_dir / TOKENIZER_DIR
+    requested = settings.tokenizer or settings.init_from
+    if resuming and saved_dir.is_dir():
+        tokenizer = load_tokenizer(saved_dir)
+        if requested is not None and not _same_vocabulary(tokenizer, load_tokenizer(requested)):
+            raise ValueError(
+                f"Cannot resume: the vocabulary of {requested} differs from the run's own in {saved_dir}. "
+                "Resume without --tokenizer, or start a new --output-dir."
+            )
+        return tokenizer
+    state = PartialState()
+    with state.main_process_first():
+        if requested is not None:
+            tokenizer = load_tokenizer(requested)
+        elif state.is_main_process:
+            tokenizer = train_shared_bpe_tokenizer(train_texts(), vocab_size=recipe.vocab_size)
+        else:
+            tokenizer = load_tokenizer(saved_dir)
+        if state.is_main_process:
+            tokenizer.save_pretrained(saved_dir)
+    return tokenizer
+
+
+def _build_model(
+    settings: TrainingSettings, recipe: TrainingPreset, tokenizer: PreTrainedTokenizerBase
+) -> VanillaTransformerForConditionalGeneration:
+    if settings.init_from is not None:
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
+        if model.config.vocab_size < len(tokenizer):
+            raise ValueError(
+                f"The tokenizer has {len(tokenizer)} tokens but {settings.init_from} only "
+                f"{model.config.vocab_size} embeddings: fine-tune with the model's own tokenizer."
+            )
+        return model
+    config = VanillaTransformerConfig.from_preset(
+        recipe.model_preset,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        max_position_embeddings=max(1024, recipe.max_length),
+        **recipe.model_overrides,
+    )
+    torch.manual_seed(settings.seed)
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.generation_config = paper_generation_config(config)
+    return model
+
+
+def _load_split(settings: TrainingSettings, source: str | None, target: str | None, split: str):
+    if source is None:
+        return None
+    return load_parallel_data(
+        source,
+        target,
+        src_lang=settings.src_lang,
+        tgt_lang=settings.tgt_lang,
+        config=settings.dataset_config,
+        split=split,
+    )
+
+
+def _evaluate_bleu(
+    model: VanillaTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: Any,
+    settings: TrainingSettings,
+    name: str,
+) -> tuple[dict[str, Any], list[str]]:
+    sources, references = list(pairs["src"]), list(pairs["tgt"])
+    if settings.max_eval_sentences is not None:
+        sources, references = (
+            sources[: settings.max_eval_sentences],
+            references[: settings.max_eval_sentences],
+        )
+    hypotheses = translate(
+        model, tokenizer, sources, batch_size=settings.eval_batch_size, num_beams=settings.num_beams
+    )
+    bleu = corpus_bleu(hypotheses, references)
+    print(
+        f"{name} BLEU {bleu.score:.2f} ({len(sources)} sentences, beam {settings.num_beams}) {bleu.signature}"
+    )
+    return {"bleu": bleu.score, "bleu_signature": bleu.signature, "sentences": len(sources)}, hypotheses
+
+
+def run_training(settings: TrainingSettings) -> dict[str, Any]:
+    """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
+    recipe = settings.recipe()
+    output_dir = Path(settings.output_dir)
+    checkpoint = _check_resumable(output_dir, settings.resume)
+    state = PartialState()
+
+    train_pairs = _load_split(settings, settings.train, settings.train_target, "train")
+    dev_pairs = _load_split(settings, settings.dev, settings.dev_target, "validation")
+    test_pairs = _load_split(settings, settings.test, settings.test_target, "test")
+
+    def train_texts():
+        yield from train_pairs["src"]
+        yield from train_pairs["tgt"]
+
+    tokenizer = _prepare_tokenizer(settings, recipe, output_dir, train_texts, checkpoint is not None)
+    model = _build_model(settings, recipe, tokenizer)
+    if checkpoint is not None:
+        _check_same_run(checkpoint, model.config)
+
+    train_dataset = tokenize_pairs(
+        train_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
+    )
+    dev_dataset = None
+    if dev_pairs is not None:
+        dev_dataset = tokenize_pairs(
+            dev_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
+        )
+
+    accumulation = _accumulation_steps(recipe, state.num_processes)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(output_dir),
+        max_steps=recipe.max_steps,
+        gradient_accumulation_steps=accumulation,
+        per_device_eval_batch_size=settings.eval_batch_size,
+        save_strategy="steps",
+        save_steps=recipe.save_steps,
+        save_total_limit=recipe.keep_checkpoints,
+        eval_strategy="steps" if dev_dataset is not None else "no",
+        eval_steps=recipe.eval_steps,
+        logging_steps=max(1, min(50, recipe.max_steps // 20)),
+        max_grad_norm=0.0,  # the paper clips nothing
+        seed=settings.seed,
+        bf16=settings.bf16,
+        use_cpu=not torch.cuda.is_available(),
+        report_to="none",
+        dataloader_num_workers=0,
+    )
+    optimizer = build_paper_optimizer(model)
+    scheduler = get_noam_schedule(optimizer, model.config.d_model, recipe.warmup_steps, recipe.lr_scale)
+    collator = TokenCounter(DataCollatorForSeq2Seq(tokenizer, model=model))
+    trainer = TokenBudgetSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=dev_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+        optimizers=(optimizer, scheduler),
+        callbacks=[ProgressSummaryCallback()],
+        max_tokens=recipe.max_tokens,
+    )
+    if state.is_main_process:
+        millions = sum(p.numel() for p in model.parameters()) / 1e6
+        print(
+            f"Training {recipe.model_preset} ({millions:.1f}M parameters) "
+            f"on {len(train_dataset):,} pairs: {recipe.max_steps} steps of ~{recipe.tokens_per_step} tokens "
+            f"({recipe.max_tokens} per micro-batch x {accumulation} accumulation x {state.num_processes} "
+            f"process(es)), warmup {recipe.warmup_steps}, output {output_dir}",
+            flush=True,
+        )
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    elapsed = time.perf_counter() - started
+    trainer.accelerator.wait_for_everyone()
+    if not state.is_main_process:
+        return {}
+
+    final_dir = output_dir / FINAL_MODEL_DIR
+    # Section 6.1 averages the last K checkpoints; a short run may have saved fewer.
+    available = last_checkpoints(output_dir, k=None)
+    averaged = available[-recipe.average_checkpoints :] if recipe.average_checkpoints > 1 else []
+    if len(averaged) > 1:
+        average_checkpoints(averaged, final_dir)
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(final_dir)
+        print(f"Averaged the last {len(averaged)} checkpoints: {', '.join(p.name for p in averaged)}")
+    else:
+        model = trainer.model
+    model.generation_config = paper_generation_config(model.config)
+    model.save_pretrained(final_dir)
+    tokenizer.save_pretrained(final_dir)
+
+    results: dict[str, Any] = {
+        "preset": settings.preset,
+        "steps": trainer.state.global_step,
+        "train_pairs": len(train_dataset),
+        "train_seconds": round(elapsed, 1),
+        "target_tokens_per_second": round(collator.target_tokens / elapsed, 1) if elapsed else None,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "averaged_checkpoints": [p.name for p in averaged] if len(averaged) > 1 else [],
+        "dataset": settings.train,
+        "src_lang": settings.src_lang,
+        "tgt_lang": settings.tgt_lang,
+        "model_dir": str(final_dir),
+    }
+    if dev_dataset is not None:
+        trainer.model = model.to(trainer.args.device)
+        results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
+        dev, _ = _evaluate_bleu(model, tokenizer, dev_pairs, settings, "dev")
+        results["dev_bleu"], results["dev_bleu_signature"] = dev["bleu"], dev["bleu_signature"]
+    if test_pairs is not None:
+        test, hypotheses = _evaluate_bleu(model, tokenizer, test_pairs, settings, "test")
+        results.update(test_set=settings.test, bleu=test["bleu"], bleu_signature=test["bleu_signature"])
+        first = test_pairs[:5]
+        results["samples"] = [
+            {"source": s, "reference": r, "translation": h}
+            for s, r, h in zip(first["src"], first["tgt"], hypotheses[:5])
+        ]
+    (final_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    _print_summary(results)
+    return results
+
+
+def _print_summary(results: dict[str, Any]) -> None:
+    lines = [
+        "",
+        "=" * 72,
+        f"steps {results['steps']}  |  {results['train_seconds']} s  |  "
+        f"{results['target_tokens_per_second']} target tokens/s",
+    ]
+    if "dev_loss" in results:
+        lines.append(f"dev loss {results['dev_loss']}  |  dev BLEU {results['dev_bleu']:.2f}")
+    if "bleu" in results:
+        lines.append(f"test BLEU {results['bleu']:.2f}  ({results['test_set']})  {results['bleu_signature']}")
+    for sample in results.get("samples", [])[:3]:
+        lines += [
+            f"  src: {sample['source']}",
+            f"  ref: {sample['reference']}",
+            f"  hyp: {sample['translation']}",
+        ]
+    lines += [f"model saved in {results['model_dir']}", "=" * 72]
+    print("\n".join(lines), flush=True)

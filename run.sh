@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The two set-up commands of the README, on a fresh machine:
+#   bash run.sh demo   train a small model on the shipped Multi30k, translate the test set, report BLEU
+#   bash run.sh test   run the test suite
+# Both create .venv (or reuse it) with the CPU build of PyTorch pinned first: an unpinned torch
+# requirement would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV=${VENV:-.venv}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+
+setup() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        python3 -m venv "$VENV"
+    fi
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+}
+
+export HF_HUB_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false
+
+case "${1:-}" in
+    demo)
+        setup
+        shift
+        "$VENV/bin/python" scripts/train.py --preset cpu-demo --output-dir "${DEMO_DIR:-runs/demo}" "$@"
+        ;;
+    test)
+        setup
+        shift
+        "$VENV/bin/python" -m pytest -q "$@"
+        ;;
+    *)
+        echo "usage: bash run.sh demo|test [extra arguments]" >&2
+        exit 2
+        ;;
+esac

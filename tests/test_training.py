@@ -1,0 +1,179 @@
+"""The training script end to end on a tiny model: train, checkpoints, averaging, translate, BLEU;
+kill-and-resume equivalence; bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+from transformers import AutoModelForSeq2SeqLM
+
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.training import TrainingSettings, run_training
+
+TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-override", "h=2",
+        "--model-override", "d_ff=64", "--vocab-size", "300", "--max-tokens", "256",
+        "--tokens-per-step", "256", "--warmup-steps", "5", "--max-eval-sentences", "8",
+        "--eval-batch-size", "8"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A slice of the shipped Multi30k: 300 training pairs, 20 dev and 20 test pairs."""
+    folder = tmp_path_factory.mktemp("corpus")
+    for split, count in (("train", 300), ("val", 20), ("test_2016_flickr", 20)):
+        for lang in ("en", "de"):
+            lines = (REPO_ROOT / "data" / "multi30k" / f"{split}.{lang}").read_text().split("\n")[:count]
+            (folder / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def data_flags(corpus: Path) -> list[str]:
+    return [
+        "--train",
+        str(corpus / "train"),
+        "--dev",
+        str(corpus / "val"),
+        "--test",
+        str(corpus / "test_2016_flickr"),
+    ]
+
+
+def run_script(script: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        **kwargs,
+    )
+
+
+def losses(trainer_state: Path) -> dict[int, float]:
+    history = json.loads(trainer_state.read_text())["log_history"]
+    return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
+
+
+def test_train_average_translate_and_score(corpus, tmp_path):
+    out = tmp_path / "run"
+    result = run_script(
+        "train.py", "--output-dir", str(out), "--preset", "cpu-demo", *data_flags(corpus), *TINY,
+        "--max-steps", "6", "--save-steps", "2", "--eval-steps", "3", "--average-checkpoints", "3",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test BLEU" in result.stdout and "model saved in" in result.stdout
+    results = json.loads((out / "model" / "results.json").read_text())
+    assert results["steps"] == 6
+    assert results["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    assert 0 <= results["bleu"] <= 100 and results["bleu_signature"].startswith("nrefs:1")
+    assert (
+        len(results["samples"]) == 5
+        and {"dev_loss", "dev_bleu", "target_tokens_per_second"} <= results.keys()
+    )
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(out / "model")
+    assert isinstance(model, VanillaTransformerForConditionalGeneration)
+    assert model.generation_config.length_penalty_type == "gnmt" and model.generation_config.num_beams == 4
+
+    translated = run_script(
+        "translate.py", "--model", str(out / "model"), input="A dog runs.\nTwo men talk.\n"
+    )
+    assert translated.returncode == 0, translated.stderr[-2000:]
+    assert len(translated.stdout.split("\n")) == 3  # two lines and the final newline
+
+    hyp = tmp_path / "hyp.de"
+    run_script(
+        "translate.py", "--model", str(out / "model"), "--input", str(corpus / "val.en"), "--output", str(hyp)
+    )
+    scored = run_script(
+        "evaluate_bleu.py", "--hypotheses", str(hyp), "--references", str(corpus / "val.de"), "--json"
+    )
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert 0 <= json.loads(scored.stdout)["score"] <= 100
+
+    averaged = run_script(
+        "average_checkpoints.py", "--run-dir", str(out), "--last", "2", "--output", str(tmp_path / "avg")
+    )
+    assert averaged.returncode == 0, averaged.stderr[-2000:]
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg") is not None
+
+
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path):
+    flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "12", "--save-steps", "3",
+             "--keep-checkpoints", "10", "--eval-steps", "100", "--test", "none",
+             "--dev", "none"]  # fmt: skip
+    straight = tmp_path / "straight"
+    assert run_script("train.py", "--output-dir", str(straight), *flags).returncode == 0
+    expected = losses(straight / "checkpoint-12" / "trainer_state.json")
+    assert sorted(expected) == list(range(1, 13))
+
+    killed = tmp_path / "killed"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    process = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(killed), *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    deadline = time.time() + 300
+    while not (killed / "checkpoint-6" / "trainer_state.json").exists():
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed / "checkpoint-12").exists()
+
+    refused = run_script("train.py", "--output-dir", str(killed), *flags)
+    assert refused.returncode != 0 and "Pass --resume" in refused.stderr
+
+    resumed = run_script("train.py", "--output-dir", str(killed), *flags, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    actual = losses(killed / "checkpoint-12" / "trainer_state.json")
+    assert sorted(actual) == list(range(1, 13))
+    for step in range(7, 13):
+        assert actual[step] == pytest.approx(expected[step], rel=1e-5), step
+
+
+def test_resume_refuses_a_different_model(corpus, tmp_path):
+    flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "2", "--save-steps", "2",
+             "--test", "none", "--dev", "none"]  # fmt: skip
+    assert run_script("train.py", "--output-dir", str(tmp_path), *flags).returncode == 0
+    changed = run_script(
+        "train.py", "--output-dir", str(tmp_path), *flags, "--resume", "--model-override", "d_ff=128"
+    )
+    assert changed.returncode != 0
+    assert "encoder_ffn_dim: 64 in the checkpoint, 128 now" in changed.stderr
+
+
+def settings(corpus: Path, out: Path, **overrides) -> TrainingSettings:
+    values = dict(
+        output_dir=str(out), train=str(corpus / "train"), dev=None, test=None, preset="cpu-demo",
+        max_steps=1, vocab_size=300, model_overrides={"d_model": 32, "N": 1, "h": 2, "d_ff": 64},
+    )  # fmt: skip
+    values.update(overrides)
+    return TrainingSettings(**values)
+
+
+def test_bad_input_gets_clear_errors(corpus, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        run_training(settings(corpus, tmp_path / "a", resume=True))
+    with pytest.raises(ValueError, match="Unknown training preset 'huge'"):
+        run_training(settings(corpus, tmp_path / "b", preset="huge"))
+    with pytest.raises(FileNotFoundError, match="missing.en"):
+        run_training(settings(corpus, tmp_path / "c", train=str(tmp_path / "missing")))
+    with pytest.raises(ValueError, match="max_tokens|budget"):
+        run_training(settings(corpus, tmp_path / "d", max_tokens=4))
+    mismatched = tmp_path / "mismatched"
+    (tmp_path / "mismatched.en").write_text("one\ntwo\nthree\n")
+    (tmp_path / "mismatched.de").write_text("eins\nzwei\n")
+    with pytest.raises(ValueError, match="3.*2|2.*3"):
+        run_training(settings(corpus, tmp_path / "e", train=str(mismatched)))
+    with pytest.raises(ValueError, match="language"):
+        run_training(settings(corpus, tmp_path / "f", src_lang="english"))
