@@ -264,7 +264,7 @@ def _prepare_tokenizer(
                 "Resume without --tokenizer, or start a new --output-dir."
             )
         return tokenizer
-    state = PartialState()
+    state = PartialState(cpu=not torch.cuda.is_available())
     with state.main_process_first():
         if requested is not None:
             tokenizer = load_tokenizer(requested)
@@ -345,7 +345,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     recipe = settings.recipe()
     output_dir = Path(settings.output_dir)
     checkpoint = _check_resumable(output_dir, settings.resume)
-    state = PartialState()
+    state = PartialState(cpu=not torch.cuda.is_available())
 
     train_pairs = _load_split(settings, settings.train, settings.train_target, "train")
     dev_pairs = _load_split(settings, settings.dev, settings.dev_target, "validation")
@@ -387,6 +387,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         use_cpu=not torch.cuda.is_available(),
         report_to="none",
         dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,
     )
     optimizer = build_paper_optimizer(model)
     scheduler = get_noam_schedule(optimizer, model.config.d_model, recipe.warmup_steps, recipe.lr_scale)
@@ -414,7 +415,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     elapsed = time.perf_counter() - started
-    trainer.accelerator.wait_for_everyone()
+    target_tokens = int(trainer.accelerator.reduce(torch.tensor(collator.target_tokens), "sum"))
     if not state.is_main_process:
         return {}
 
@@ -437,7 +438,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         "steps": trainer.state.global_step,
         "train_pairs": len(train_dataset),
         "train_seconds": round(elapsed, 1),
-        "target_tokens_per_second": round(collator.target_tokens / elapsed, 1) if elapsed else None,
+        "target_tokens_per_second": round(target_tokens / elapsed, 1) if elapsed else None,
         "parameters": sum(p.numel() for p in model.parameters()),
         "averaged_checkpoints": [p.name for p in averaged] if len(averaged) > 1 else [],
         "dataset": settings.train,

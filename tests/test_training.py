@@ -177,3 +177,20 @@ def test_bad_input_gets_clear_errors(corpus, tmp_path):
         run_training(settings(corpus, tmp_path / "e", train=str(mismatched)))
     with pytest.raises(ValueError, match="language"):
         run_training(settings(corpus, tmp_path / "f", src_lang="english"))
+
+
+def test_two_process_launch(corpus, tmp_path):
+    """`accelerate launch --multi_gpu --num_processes 2` runs two CPU processes (gloo) with one
+    token budget each; the global batch is then made of both processes' micro-batches."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+    result = subprocess.run(
+        [*launcher, str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(tmp_path),
+         *data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "4", "--save-steps", "2",
+         "--tokens-per-step", "512", "--dev", "none", "--test", "none"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "256 per micro-batch x 1 accumulation x 2 process(es)" in result.stdout
+    assert json.loads((tmp_path / "model" / "results.json").read_text())["steps"] == 4
