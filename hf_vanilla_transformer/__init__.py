@@ -14,6 +14,8 @@ from .modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
+    gnmt_length_penalty,
+    paper_generation_config,
     sinusoidal_position_encoding,
 )
 from .translation_pipeline import TranslationPipeline, register_translation_pipeline
@@ -37,5 +39,7 @@ __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "gnmt_length_penalty",
+    "paper_generation_config",
     "sinusoidal_position_encoding",
 ]
