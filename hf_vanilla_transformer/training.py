@@ -453,7 +453,12 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         results["dev_bleu"], results["dev_bleu_signature"] = dev["bleu"], dev["bleu_signature"]
     if test_pairs is not None:
         test, hypotheses = _evaluate_bleu(model, tokenizer, test_pairs, settings, "test")
-        results.update(test_set=settings.test, bleu=test["bleu"], bleu_signature=test["bleu_signature"])
+        results.update(
+            test_set=settings.test,
+            test_sentences=test["sentences"],
+            bleu=test["bleu"],
+            bleu_signature=test["bleu_signature"],
+        )
         first = test_pairs[:5]
         results["samples"] = [
             {"source": s, "reference": r, "translation": h}

@@ -1,0 +1,390 @@
+"""Publish a trained model on the Hugging Face Hub: weights, config, tokenizer, code and model card.
+
+`push_model` stages everything a repo needs in a temporary folder and uploads it in one commit:
+
+- the weights as safetensors (sharded above `max_shard_size`), `config.json` and the modeling code, so that
+  `AutoModelForSeq2SeqLM.from_pretrained(repo)` works with the package installed, and with
+  `trust_remote_code=True` without it (`auto_map` names `AutoConfig`, `AutoModel` and
+  `AutoModelForSeq2SeqLM`);
+- `generation_config.json`: the model folder's own decoding settings, or the paper's (beam 4, GNMT length
+  penalty 0.6, outputs up to input length + 50) when it saved none;
+- the tokenizer;
+- `translation_pipeline.py` and a `custom_pipelines` entry in `config.json`, so that `pipeline("translation",
+  model=repo, trust_remote_code=True)` works without the package (transformers 5 has no translation
+  task; with the package installed, the config drops the entry and the registered pipeline is used);
+- `README.md`, the model card rendered from a template in `model_cards/`.
+
+Model card figures are never typed by hand: architecture and decoding figures come from the model's config
+and generation config, measured ones from the run's own records in the model folder (see `RunRecords`).
+A figure the records lack is shown as "not measured".
+"""
+
+import dataclasses
+import fnmatch
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import (
+    CommitInfo,
+    CommitOperationAdd,
+    CommitOperationDelete,
+    EvalResult,
+    HfApi,
+    ModelCard,
+)
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers import GenerationConfig
+
+from . import translation_pipeline
+from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .modeling_vanilla_transformer import (
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+    paper_generation_config,
+)
+from .tokenization import load_tokenizer
+
+RESULTS_FILE = "results.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+CARD_FILE = "README.md"
+CARD_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The Hub takes files up to 50 GB but advises smaller ones, which download in parallel and resume better.
+DEFAULT_MAX_SHARD_SIZE = "5GB"
+NOT_MEASURED = "not measured"
+# Weight files of an earlier push that this one does not overwrite must go: a stale `model.safetensors`
+# next to a new sharded index would be loaded instead of the new shards, and vice versa.
+STALE_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
+PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """Measured figures of the training run, read by `read_run_records` from the model folder.
+
+    `results.json` (written by `hf_vanilla_transformer.training.run_training`) supplies every field under
+    the same key: `bleu`, `bleu_signature` and `test_set` (test BLEU with its sacreBLEU signature),
+    `dev_bleu`, `dev_loss`, `steps`, `train_pairs`, `train_seconds`, `target_tokens_per_second`,
+    `averaged_checkpoints` (names of the averaged checkpoints; empty: no averaging), `dataset`, `src_lang`,
+    `tgt_lang`. Other keys are ignored.
+
+    `trainer_state.json` (written by the Trainer) fills in what `results.json` lacks: `global_step` for
+    `steps`, and the last evaluation's `eval_loss` and `eval_bleu` in `log_history` for `dev_loss` and
+    `dev_bleu`. None means the figure was not recorded.
+    """
+
+    bleu: float | None = None
+    bleu_signature: str | None = None
+    test_set: str | None = None
+    dev_bleu: float | None = None
+    dev_loss: float | None = None
+    steps: int | None = None
+    train_pairs: int | None = None
+    train_seconds: float | None = None
+    target_tokens_per_second: float | None = None
+    averaged_checkpoints: tuple[str, ...] | None = None
+    dataset: str | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}.")
+    return data
+
+
+def read_run_records(model_dir: str | Path) -> RunRecords:
+    """The run's figures from `results.json` and `trainer_state.json` in `model_dir` (both optional)."""
+    model_dir = Path(model_dir)
+    results = _read_json(model_dir / RESULTS_FILE)
+    state = _read_json(model_dir / TRAINER_STATE_FILE)
+    evaluations = [entry for entry in state.get("log_history", []) if "eval_loss" in entry]
+    last_evaluation = evaluations[-1] if evaluations else {}
+    fallbacks = {
+        "steps": state.get("global_step"),
+        "dev_loss": last_evaluation.get("eval_loss"),
+        "dev_bleu": last_evaluation.get("eval_bleu"),
+    }
+    values = {
+        field.name: results.get(field.name, fallbacks.get(field.name))
+        for field in dataclasses.fields(RunRecords)
+    }
+    if values["averaged_checkpoints"] is not None:
+        values["averaged_checkpoints"] = tuple(values["averaged_checkpoints"])
+    return RunRecords(**values)
+
+
+def _is_hub_dataset_id(name: str) -> bool:
+    # Run records may name local data ("data/multi30k/train", a file prefix) instead of a Hub dataset; only
+    # the latter belongs in the card's metadata, which the Hub turns into dataset links.
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    path = Path(name)
+    return not (path.exists() or (path.parent != Path(".") and path.parent.is_dir()))
+
+
+def _figure(value: Any, template: str = "{}") -> str:
+    return NOT_MEASURED if value is None else template.format(value)
+
+
+def card_values(
+    repo_id: str,
+    config: VanillaTransformerConfig,
+    generation_config: GenerationConfig,
+    num_parameters: int,
+    records: RunRecords,
+) -> dict[str, str]:
+    """The text that replaces each `{{ name }}` placeholder of a model card template."""
+    averaged = records.averaged_checkpoints
+    if averaged is None:
+        averaging = NOT_MEASURED
+    elif averaged:
+        averaging = f"the last {len(averaged)} checkpoints ({', '.join(averaged)})"
+    else:
+        averaging = "none (the last checkpoint)"
+    train_hours = None if records.train_seconds is None else records.train_seconds / 3600
+    return {
+        "repo_id": repo_id,
+        "parameters": f"{num_parameters:,}",
+        "d_model": str(config.d_model),
+        "layers": f"{config.encoder_layers} / {config.decoder_layers}",
+        "heads": f"{config.encoder_attention_heads} / {config.decoder_attention_heads}",
+        "head_dims": "{} / {}".format(*config.encoder_head_dims),
+        "d_ff": f"{config.encoder_ffn_dim} / {config.decoder_ffn_dim}",
+        "dropout": str(config.dropout),
+        "label_smoothing": str(config.label_smoothing),
+        "vocab_size": str(config.vocab_size),
+        "position_embedding_type": config.position_embedding_type,
+        "num_beams": str(generation_config.num_beams),
+        "length_penalty": str(generation_config.length_penalty),
+        "length_penalty_type": str(getattr(generation_config, "length_penalty_type", None) or "transformers"),
+        "max_length_offset": _figure(getattr(generation_config, "max_length_offset", None)),
+        "src_lang": _figure(records.src_lang),
+        "tgt_lang": _figure(records.tgt_lang),
+        "dataset": _figure(records.dataset),
+        "train_pairs": _figure(records.train_pairs, "{:,}"),
+        "steps": _figure(records.steps, "{:,}"),
+        "train_hours": _figure(train_hours, "{:.1f} h"),
+        "tokens_per_second": _figure(records.target_tokens_per_second, "{:,.0f}"),
+        "averaging": averaging,
+        "bleu": _figure(records.bleu, "{:.2f}"),
+        "bleu_signature": _figure(records.bleu_signature, "`{}`"),
+        "test_set": _figure(records.test_set),
+        "dev_bleu": _figure(records.dev_bleu, "{:.2f}"),
+        "dev_loss": _figure(records.dev_loss, "{:.4f}"),
+    }
+
+
+def fill_placeholders(text: str, values: dict[str, str]) -> str:
+    """Replace every `{{ name }}` in `text`; an unknown name is an error, not a silent blank.
+
+    Double braces leave single ones free for the code and dicts that cards show.
+    """
+    unknown = sorted({name for name in PLACEHOLDER.findall(text) if name not in values})
+    if unknown:
+        raise ValueError(f"Unknown model card placeholders {unknown}; known: {sorted(values)}.")
+    return PLACEHOLDER.sub(lambda match: values[match.group(1)], text)
+
+
+def render_model_card(
+    template: str,
+    repo_id: str,
+    config: VanillaTransformerConfig,
+    generation_config: GenerationConfig,
+    num_parameters: int,
+    records: RunRecords,
+) -> ModelCard:
+    """The model card: the template's metadata and body, with the run's figures filled in.
+
+    The template's YAML block is kept, except that the run's records override `language` (from
+    `src_lang`/`tgt_lang`) and `datasets`, and a measured test BLEU becomes the `model-index` the Hub
+    shows as evaluation results.
+    """
+    card = ModelCard(template)
+    card.text = fill_placeholders(
+        card.text, card_values(repo_id, config, generation_config, num_parameters, records)
+    )
+    data = card.data
+    if records.src_lang and records.tgt_lang:
+        data.language = [records.src_lang, records.tgt_lang]
+    if records.dataset is not None:
+        data.datasets = [records.dataset] if _is_hub_dataset_id(records.dataset) else None
+    if records.bleu is not None:
+        test_set = records.test_set or NOT_MEASURED
+        data.model_name = repo_id.split("/")[-1]
+        data.eval_results = [
+            EvalResult(
+                task_type="translation",
+                task_name="Translation",
+                dataset_type=test_set if _is_hub_dataset_id(test_set) else Path(test_set).name,
+                dataset_name=test_set,
+                metric_type="bleu",
+                metric_name="sacreBLEU",
+                metric_value=round(records.bleu, 2),
+                metric_config=records.bleu_signature,
+            )
+        ]
+    return card
+
+
+def default_card_template(config: VanillaTransformerConfig) -> Path:
+    """`model_cards/big.md` for models of the big model's width, `model_cards/base.md` otherwise."""
+    name = "big" if config.d_model >= PRESETS["big"]["d_model"] else "base"
+    return CARD_DIR / f"{name}.md"
+
+
+def _check_model_dir(model_dir: Path) -> None:
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"Model directory {str(model_dir)!r} does not exist.")
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{str(model_dir)!r} holds no config.json: pass the folder written by model.save_pretrained "
+            "(for a training run, its final model folder)."
+        )
+    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"{str(model_dir)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it next to the "
+            "weights with tokenizer.save_pretrained(model_dir)."
+        )
+
+
+def stage_repo(
+    model_dir: str | Path,
+    folder: str | Path,
+    repo_id: str,
+    card_template: str | Path | None = None,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+) -> ModelCard:
+    """Write into `folder` every file the Hub repo gets (see the module docstring); returns the card.
+
+    Raises:
+        FileNotFoundError: `model_dir` is missing or lacks config.json or the tokenizer, or the card
+            template does not exist.
+        ValueError: the tokenizer lacks a special token, a record file is not a JSON object, or the
+            template uses an unknown placeholder.
+    """
+    model_dir, folder = Path(model_dir), Path(folder)
+    _check_model_dir(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+    template_path = Path(card_template) if card_template is not None else default_card_template(model.config)
+    if not template_path.is_file():
+        raise FileNotFoundError(f"Model card template {str(template_path)!r} does not exist.")
+
+    # A generation config derived from the model config holds no decoding choices: use the paper's.
+    if model.generation_config._from_model_config:
+        model.generation_config = paper_generation_config(model.config)
+    modeling_module = VanillaTransformerModel.__module__.rsplit(".", 1)[-1]
+    # save_pretrained adds AutoConfig and AutoModelForSeq2SeqLM to this map; AutoModel is added here so
+    # that remote-code users can load the bare encoder-decoder too.
+    model.config.auto_map = {
+        "AutoModel": f"{modeling_module}.{VanillaTransformerModel.__name__}",
+        **(getattr(model.config, "auto_map", None) or {}),
+    }
+    pipeline_module = Path(translation_pipeline.__file__)
+    # The format transformers' own Pipeline.save_pretrained writes for a custom pipeline.
+    model.config.custom_pipelines = {
+        translation_pipeline.TASK: {
+            "impl": f"{pipeline_module.stem}.{translation_pipeline.TranslationPipeline.__name__}",
+            "pt": ["AutoModelForSeq2SeqLM"],
+            "type": "text",
+        }
+    }
+    model.save_pretrained(folder, max_shard_size=max_shard_size)
+    tokenizer.save_pretrained(folder)
+    shutil.copyfile(pipeline_module, folder / pipeline_module.name)
+
+    card = render_model_card(
+        template_path.read_text(encoding="utf-8"),
+        repo_id,
+        model.config,
+        model.generation_config,
+        model.num_parameters(),
+        read_run_records(model_dir),
+    )
+    card.save(folder / CARD_FILE)
+    return card
+
+
+def push_model(
+    model_dir: str | Path,
+    repo_id: str,
+    revision: str | None = None,
+    private: bool = False,
+    card_template: str | Path | None = None,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    commit_message: str | None = None,
+    token: str | None = None,
+) -> CommitInfo:
+    """Publish the model saved in `model_dir` as Hub repo `repo_id`, all files in one commit.
+
+    Args:
+        model_dir: a folder written by `save_pretrained` with the tokenizer saved next to the weights, and
+            optionally the run's `results.json` / `trainer_state.json` for the card's figures.
+        repo_id: "org/name" (or "name" in the user's namespace); created if missing.
+        revision: branch to commit to, created from `main` if missing; None commits to `main`.
+        private: create the repo private (an existing repo keeps its visibility).
+        card_template: model card template; defaults to `default_card_template(config)`.
+        max_shard_size: largest safetensors file; bigger models are split into shards.
+        commit_message: defaults to "Upload <model_dir name> with hf-vanilla-transformer".
+        token: Hub token; defaults to the logged-in one (HF_TOKEN or `hf auth login`).
+
+    Returns:
+        The commit's `CommitInfo` (`.oid`, `.commit_url`).
+
+    Raises:
+        HFValidationError: `repo_id` is malformed (checked before anything is loaded or sent).
+        FileNotFoundError, ValueError: see `stage_repo`; ValueError also when the Hub rejects the card.
+    """
+    validate_repo_id(repo_id)
+    model_dir = Path(model_dir)
+    with tempfile.TemporaryDirectory() as folder:
+        card = stage_repo(model_dir, folder, repo_id, card_template, max_shard_size)
+        card.validate()
+        api = HfApi(token=token)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        staged = sorted(
+            path.relative_to(folder).as_posix() for path in Path(folder).rglob("*") if path.is_file()
+        )
+        stale = [
+            name
+            for name in api.list_repo_files(repo_id, revision=revision)
+            if name not in staged and any(fnmatch.fnmatch(name, pattern) for pattern in STALE_WEIGHT_PATTERNS)
+        ]
+        operations = [CommitOperationDelete(path_in_repo=name) for name in stale] + [
+            CommitOperationAdd(path_in_repo=name, path_or_fileobj=Path(folder) / name) for name in staged
+        ]
+        return api.create_commit(
+            repo_id,
+            operations,
+            commit_message=commit_message or f"Upload {model_dir.resolve().name} with hf-vanilla-transformer",
+            revision=revision,
+        )
+
+
+__all__ = [
+    "RunRecords",
+    "card_values",
+    "default_card_template",
+    "fill_placeholders",
+    "push_model",
+    "read_run_records",
+    "render_model_card",
+    "stage_repo",
+]

@@ -1,0 +1,477 @@
+"""scripts/push_to_hub.py and hf_vanilla_transformer.hub against the test Hub server (tests/hub_server.py).
+
+The server stands in for the real Hub. Clients read HF_ENDPOINT and the other Hub settings at import time,
+so every push and pull runs in a subprocess: the real CLI pushes, then separate interpreters load the
+repo with the package, offline from the filled cache, and with the package unimportable (remote code).
+"""
+
+import hashlib
+import json
+import runpy
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import REPO_ROOT, tiny_model
+from hub_server import HubServer, hub_env, start_hub_server
+from huggingface_hub import ModelCard, metadata_load
+from huggingface_hub.utils import HFValidationError
+from transformers import GenerationConfig, pipeline
+
+from hf_vanilla_transformer import VanillaTransformerConfig
+from hf_vanilla_transformer.hub import (
+    NOT_MEASURED,
+    RunRecords,
+    fill_placeholders,
+    push_model,
+    read_run_records,
+    render_model_card,
+)
+from hf_vanilla_transformer.modeling_vanilla_transformer import paper_generation_config
+from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+
+REPO_ID = "org/vanilla"
+SENTENCES = [
+    "a dog runs in the park .",
+    "ein hund rennt im park .",
+    "a cat sleeps on the sofa .",
+    "eine katze schläft auf dem sofa .",
+]
+INPUTS = ["a dog sleeps .", "the cat runs in the park ."]
+# An untrained model rarely ends a sentence: without a cap, beam search runs to input length + 50.
+MAX_NEW_TOKENS = 8
+CLIENT_ARGS = {"repo": REPO_ID, "inputs": INPUTS, "max_new_tokens": MAX_NEW_TOKENS}
+RESULTS = {
+    "bleu": 12.3456,
+    "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1",
+    "test_set": "data/multi30k/test_2016_flickr",
+    "steps": 1234,
+    "train_pairs": 29000,
+    "train_seconds": 5400.0,
+    "target_tokens_per_second": 4321.5,
+    "averaged_checkpoints": ["checkpoint-1000", "checkpoint-1234"],
+    "dataset": "bentrevett/multi30k",
+    "src_lang": "en",
+    "tgt_lang": "de",
+    "dev_bleu": 13.5,
+    "dev_loss": 3.21,
+}
+# The branch's model folder has no results.json, only the Trainer's state.
+TRAINER_STATE = {
+    "global_step": 77,
+    "log_history": [{"loss": 4.0, "step": 50}, {"eval_loss": 3.5, "step": 77}, {"train_loss": 3.9}],
+}
+# Branch weights are split into several shards (the model has about 120 kB of weights).
+BRANCH_SHARD_SIZE = "50KB"
+MAIN_FILES = {
+    ".gitattributes",
+    "README.md",
+    "config.json",
+    "configuration_vanilla_transformer.py",
+    "generation_config.json",
+    "model.safetensors",
+    "modeling_vanilla_transformer.py",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "translation_pipeline.py",
+}
+
+
+def client_env(hub: HubServer, hf_home: Path, offline: bool = False) -> dict[str, str]:
+    # One thread each: the models are tiny and clients run side by side.
+    return hub_env(hub, hf_home, offline) | {"OMP_NUM_THREADS": "1"}
+
+
+def run_python(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr[-6000:]}"
+    return result
+
+
+def start_client(env: dict[str, str], script: str, **args: Any) -> subprocess.Popen:
+    """Start `script` in a fresh interpreter (args as JSON in sys.argv[1]); `client_result` waits for it."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), json.dumps(args)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def client_result(client: subprocess.Popen) -> Any:
+    """The JSON document the client prints last."""
+    stdout, stderr = client.communicate(timeout=300)
+    assert client.returncode == 0, f"client failed:\n{stderr[-6000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def state_digest(state_dict: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for key, tensor in sorted(state_dict.items()):
+        digest.update(key.encode() + tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def local_translations(model_dir: Path, generation_config: GenerationConfig) -> list[str]:
+    translator = pipeline("translation", model=str(model_dir))
+    translator.model.generation_config = generation_config
+    return [result["translation_text"] for result in translator(INPUTS, max_new_tokens=MAX_NEW_TOKENS)]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+    with start_hub_server(tmp_path_factory.mktemp("hub")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two saved tiny models with one tokenizer, and what the pushed repo must reproduce for each.
+
+    main: its own generation config (beam 3, which the push keeps) and results.json. branch: other
+    weights, no decoding choices saved (the push adds the paper's) and only trainer_state.json.
+    """
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = train_shared_bpe_tokenizer(SENTENCES * 5, vocab_size=80, min_frequency=1, show_progress=False)
+    expected: dict[str, Any] = {}
+    for name, seed in (("main", 0), ("branch", 1)):
+        model = tiny_model(seed, vocab_size=len(tokenizer))
+        if name == "main":
+            model.generation_config = paper_generation_config(model.config, num_beams=3)
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+        generation_config = (
+            model.generation_config if name == "main" else paper_generation_config(model.config)
+        )
+        expected[name] = {
+            "digest": state_digest(model.state_dict()),
+            "base_digest": state_digest(model.model.state_dict()),
+            "translations": local_translations(root / name, generation_config),
+            "num_beams": generation_config.num_beams,
+            "parameters": model.num_parameters(),
+        }
+    (root / "main" / "results.json").write_text(json.dumps(RESULTS))
+    (root / "branch" / "trainer_state.json").write_text(json.dumps(TRAINER_STATE))
+    return {"root": root, "expected": expected, "ids": tokenizer(INPUTS)["input_ids"]}
+
+
+@pytest.fixture(scope="module")
+def pushed(hub: HubServer, model_dirs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Push main with the CLI, then the branch model to branch `branch`, sharded, with the big card."""
+    env = client_env(hub, tmp_path_factory.mktemp("hf_home_push"))
+    root = model_dirs["root"]
+    script = str(REPO_ROOT / "scripts" / "push_to_hub.py")
+    main_output = run_python(env, script, "--model-dir", str(root / "main"), "--repo-id", REPO_ID).stdout
+    requests_after_main = list(hub.requests)
+    branch_args = [
+        "--revision",
+        "branch",
+        "--max-shard-size",
+        BRANCH_SHARD_SIZE,
+        "--card",
+        "model_cards/big.md",
+    ]
+    run_python(env, script, "--model-dir", str(root / "branch"), "--repo-id", REPO_ID, *branch_args)
+    storage = hub.storage
+    repo = storage.repo("model", REPO_ID)
+    return {
+        "output": main_output,
+        "requests": requests_after_main,
+        "main": storage.resolve(repo, "main"),
+        "branch": storage.resolve(repo, "branch"),
+        "initial": next(commit for commit in repo.commits.values() if commit.parent is None),
+    }
+
+
+def repo_file(hub: HubServer, commit: Any, path: str) -> bytes:
+    return hub.storage.blob_path(commit.files[path].sha256).read_bytes()
+
+
+# Loads main and branch with the Auto classes and the translation pipeline; `state_digest` as above.
+PACKAGE_CLIENT = """
+    import hashlib, json, sys, tempfile
+    from pathlib import Path
+    import hf_vanilla_transformer
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+    args = json.loads(sys.argv[1])
+
+    def state_digest(state_dict):
+        digest = hashlib.sha256()
+        for key, tensor in sorted(state_dict.items()):
+            digest.update(key.encode() + tensor.detach().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    loaded = {}
+    for name, revision in (("main", None), ("branch", "branch")):
+        model = AutoModelForSeq2SeqLM.from_pretrained(args["repo"], revision=revision)
+        translator = pipeline("translation", model=args["repo"], revision=revision)
+        translations = translator(args["inputs"], max_new_tokens=args["max_new_tokens"])
+        loaded[name] = {
+            "module": type(model).__module__,
+            "pipeline": type(translator).__module__,
+            "digest": state_digest(model.state_dict()),
+            "translations": [r["translation_text"] for r in translations],
+            "num_beams": model.generation_config.num_beams,
+            "custom_pipelines": getattr(model.config, "custom_pipelines", None),
+        }
+    tokenizer = AutoTokenizer.from_pretrained(args["repo"])
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        resaved = json.loads((Path(folder) / "config.json").read_text()).get("custom_pipelines")
+    print(json.dumps({"loaded": loaded, "ids": tokenizer(args["inputs"])["input_ids"], "resaved": resaved}))
+"""
+
+REMOTE_CLIENT = """
+    import sys
+    sys.modules["hf_vanilla_transformer"] = None  # the package cannot be imported
+    import hashlib, json
+    from transformers import AutoModel, AutoModelForSeq2SeqLM, pipeline
+
+    args = json.loads(sys.argv[1])
+
+    def state_digest(state_dict):
+        digest = hashlib.sha256()
+        for key, tensor in sorted(state_dict.items()):
+            digest.update(key.encode() + tensor.detach().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    try:
+        pipeline("translation", model=args["repo"], trust_remote_code=False)
+        refused = None
+    except (KeyError, ValueError) as error:
+        refused = type(error).__name__
+    loaded = {}
+    for name, revision in (("main", None), ("branch", "branch")):
+        model = AutoModelForSeq2SeqLM.from_pretrained(args["repo"], revision=revision, trust_remote_code=True)
+        base = AutoModel.from_pretrained(args["repo"], revision=revision, trust_remote_code=True)
+        translator = pipeline("translation", model=args["repo"], revision=revision, trust_remote_code=True)
+        translations = translator(args["inputs"], max_new_tokens=args["max_new_tokens"])
+        loaded[name] = {
+            "modules": [type(model).__module__, type(base).__module__, type(translator).__module__],
+            "digest": state_digest(model.state_dict()),
+            "base_digest": state_digest(base.state_dict()),
+            "translations": [r["translation_text"] for r in translations],
+        }
+    print(json.dumps({"loaded": loaded, "refused": refused}))
+"""
+
+
+@pytest.fixture(scope="module")
+def clients(hub: HubServer, pushed: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What a package user and a user without the package load; run side by side to save time."""
+    package_home = tmp_path_factory.mktemp("hf_home_package")
+    package = start_client(client_env(hub, package_home), PACKAGE_CLIENT, **CLIENT_ARGS)
+    remote_env = client_env(hub, tmp_path_factory.mktemp("hf_home_remote"))
+    remote = start_client(remote_env, REMOTE_CLIENT, **CLIENT_ARGS)
+    return {"package": client_result(package), "remote": client_result(remote), "package_home": package_home}
+
+
+def test_push_uploads_every_file_in_one_commit(hub: HubServer, pushed: dict) -> None:
+    main = pushed["main"]
+    assert set(main.files) == MAIN_FILES
+    assert main.parent == pushed["initial"].oid
+    assert main.oid in pushed["output"]
+    branch = pushed["branch"]
+    assert branch.parent == main.oid
+    shards = {name for name in branch.files if name.endswith(".safetensors")}
+    assert len(shards) > 1 and "model.safetensors.index.json" in branch.files
+    # The branch started as a copy of main: the push removed main's single weights file with the shards'
+    # commit, or it would shadow them.
+    assert set(branch.files) == MAIN_FILES - {"model.safetensors"} | shards | {"model.safetensors.index.json"}
+
+
+def test_weights_take_the_lfs_upload_path(pushed: dict) -> None:
+    assert pushed["main"].files["model.safetensors"].lfs
+    assert not pushed["main"].files["config.json"].lfs
+    requests = [(request.method, request.path) for request in pushed["requests"]]
+    assert ("POST", f"/{REPO_ID}.git/info/lfs/objects/batch") in requests
+    assert any(method == "PUT" and path.startswith("/lfs-upload/") for method, path in requests)
+
+
+def test_pushed_config_carries_auto_map_and_the_translation_pipeline(hub: HubServer, pushed: dict) -> None:
+    config = json.loads(repo_file(hub, pushed["main"], "config.json"))
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
+        "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
+        "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
+    }
+    assert config["custom_pipelines"] == {
+        "translation": {
+            "impl": "translation_pipeline.TranslationPipeline",
+            "pt": ["AutoModelForSeq2SeqLM"],
+            "type": "text",
+        }
+    }
+
+
+def test_generation_config_is_the_model_dirs_own_or_the_papers(hub: HubServer, pushed: dict) -> None:
+    main = json.loads(repo_file(hub, pushed["main"], "generation_config.json"))
+    branch = json.loads(repo_file(hub, pushed["branch"], "generation_config.json"))
+    assert main["num_beams"] == 3
+    assert branch["num_beams"] == 4
+    for saved in (main, branch):
+        assert saved["length_penalty"] == 0.6
+        assert saved["length_penalty_type"] == "gnmt"
+        assert saved["max_length_offset"] == 50
+
+
+def test_model_card_metadata_holds_the_measured_figures(
+    hub: HubServer, pushed: dict, model_dirs: dict[str, Any], tmp_path: Path
+) -> None:
+    (tmp_path / "README.md").write_bytes(repo_file(hub, pushed["main"], "README.md"))
+    metadata = metadata_load(tmp_path / "README.md")
+    for key in ("language", "license", "library_name", "pipeline_tag", "tags", "datasets", "metrics"):
+        assert metadata[key], key
+    assert metadata["language"] == ["en", "de"]
+    assert metadata["datasets"] == ["bentrevett/multi30k"]
+    assert metadata["pipeline_tag"] == "translation"
+    (result,) = metadata["model-index"][0]["results"]
+    assert result["metrics"][0]["type"] == "bleu"
+    assert result["metrics"][0]["value"] == round(RESULTS["bleu"], 2)
+    assert result["metrics"][0]["config"] == RESULTS["bleu_signature"]
+    assert result["dataset"]["name"] == RESULTS["test_set"]
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.eval_results[0].metric_value == round(RESULTS["bleu"], 2)
+    for figure in ("12.35", "1,234", "29,000", "1.5 h", "4,322", "checkpoint-1234", f'model="{REPO_ID}"'):
+        assert figure in card.text, figure
+    assert f"signature `{RESULTS['bleu_signature']}`" in card.text
+    assert f"| parameters | {model_dirs['expected']['main']['parameters']:,} |" in card.text
+    assert f"| {NOT_MEASURED} |" not in card.text
+
+
+def test_card_of_a_run_without_results_says_not_measured(
+    hub: HubServer, pushed: dict, tmp_path: Path
+) -> None:
+    card = ModelCard(repo_file(hub, pushed["branch"], "README.md").decode())
+    assert card.text.startswith("\n# Transformer (big)")
+    assert "model-index" not in card.data.to_dict()
+    assert "| test BLEU | not measured |" in card.text
+    assert "| optimizer steps | 77 |" in card.text
+    assert "| validation loss | 3.5000 |" in card.text
+
+
+def test_package_users_load_by_repo_id_and_revision(clients: dict, model_dirs: dict[str, Any]) -> None:
+    package_client = clients["package"]
+    for name in ("main", "branch"):
+        loaded, expected = package_client["loaded"][name], model_dirs["expected"][name]
+        assert loaded["module"] == "hf_vanilla_transformer.modeling_vanilla_transformer"
+        assert loaded["pipeline"] == "hf_vanilla_transformer.translation_pipeline"
+        assert loaded["digest"] == expected["digest"]
+        assert loaded["num_beams"] == expected["num_beams"]
+        assert loaded["translations"] == expected["translations"]
+        # With the package, the registered pipeline serves: no trust_remote_code needed.
+        assert loaded["custom_pipelines"] is None
+    assert model_dirs["expected"]["main"]["digest"] != model_dirs["expected"]["branch"]["digest"]
+    assert package_client["ids"] == model_dirs["ids"]
+    # A plain save_pretrained copies no translation_pipeline.py, so its config must not point to one.
+    assert package_client["resaved"] is None
+
+
+def test_filled_cache_serves_package_users_offline(hub: HubServer, clients: dict) -> None:
+    requests_before = len(hub.requests)
+    env = client_env(hub, clients["package_home"], offline=True)
+    offline = client_result(start_client(env, PACKAGE_CLIENT, **CLIENT_ARGS))
+    assert offline == clients["package"]
+    assert len(hub.requests) == requests_before
+
+
+def test_remote_code_serves_users_without_the_package(clients: dict, model_dirs: dict[str, Any]) -> None:
+    result = clients["remote"]
+    assert result["refused"] == "ValueError"
+    for name in ("main", "branch"):
+        loaded, expected = result["loaded"][name], model_dirs["expected"][name]
+        assert all(module.startswith("transformers_modules.") for module in loaded["modules"]), loaded
+        assert loaded["digest"] == expected["digest"]
+        assert loaded["base_digest"] == expected["base_digest"]
+        assert loaded["translations"] == expected["translations"]
+
+
+# Bad input fails before anything is sent (this process runs with HF_HUB_OFFLINE=1, see conftest.py).
+
+
+def test_missing_model_dir_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        push_model(tmp_path / "absent", REPO_ID)
+
+
+def test_model_dir_without_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
+    tiny_model().save_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no tokenizer .*tokenizer\.save_pretrained"):
+        push_model(tmp_path, REPO_ID)
+
+
+def test_invalid_repo_id_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(HFValidationError, match="Repo id must"):
+        push_model(tmp_path, "org/name/extra")
+
+
+def test_cli_reports_bad_input_as_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    main = runpy.run_path(str(REPO_ROOT / "scripts" / "push_to_hub.py"))["main"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model-dir", str(tmp_path / "absent"), "--repo-id", "bad//id"])
+    assert exit_info.value.code == 2
+    assert "Repo id must" in capsys.readouterr().err
+
+
+# Card rendering without a Hub.
+
+
+def test_every_template_placeholder_is_known() -> None:
+    config = VanillaTransformerConfig(
+        vocab_size=64, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4
+    )
+    for name in ("base", "big"):
+        template = (REPO_ROOT / "model_cards" / f"{name}.md").read_text()
+        card = render_model_card(
+            template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords()
+        )
+        assert "{{" not in card.text
+        assert card.data.license and card.data.pipeline_tag == "translation"
+
+
+def test_unknown_placeholder_is_an_error() -> None:
+    with pytest.raises(ValueError, match=r"\['blue'\]"):
+        fill_placeholders("BLEU {{ blue }}, code {'a': 1}", {"bleu": "1"})
+
+
+def test_records_naming_local_data_leave_datasets_out() -> None:
+    config = VanillaTransformerConfig(vocab_size=64)
+    template = "---\nlicense: apache-2.0\ndatasets:\n- wmt14\n---\nData: {{ dataset }}\n"
+    records = RunRecords(dataset="data/multi30k/train", bleu=1.0, test_set="data/multi30k/test_2016_flickr")
+    card = render_model_card(template, REPO_ID, config, GenerationConfig(), 1000, records)
+    assert card.data.datasets is None
+    assert card.text == "Data: data/multi30k/train\n"
+    dataset = card.data.to_dict()["model-index"][0]["results"][0]["dataset"]
+    assert dataset == {"name": "data/multi30k/test_2016_flickr", "type": "test_2016_flickr"}
+
+
+def test_results_json_wins_over_trainer_state(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(json.dumps({"steps": 10, "bleu": 5.0}))
+    (tmp_path / "trainer_state.json").write_text(json.dumps(TRAINER_STATE))
+    records = read_run_records(tmp_path)
+    assert (records.steps, records.bleu, records.dev_loss, records.dev_bleu) == (10, 5.0, 3.5, None)
+
+
+def test_config_drops_the_repo_pipeline_where_translation_is_registered() -> None:
+    # Where it is not (no package), the entry stays: test_remote_code_serves_users_without_the_package.
+    entry = {
+        "impl": "translation_pipeline.TranslationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+    other = {"impl": "other.OtherPipeline", "pt": [], "type": "text"}
+    config = VanillaTransformerConfig(custom_pipelines={"translation": entry, "other": other})
+    assert config.custom_pipelines == {"other": other}
+    # Set after construction, as push_model does, the entry is saved.
+    config.custom_pipelines = {"translation": entry}
+    assert json.loads(config.to_json_string())["custom_pipelines"] == {"translation": entry}
