@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
     )
     training = parser.add_argument_group("training")
     training.add_argument("--max-steps", type=int, default=None)
+    training.add_argument(
+        "--max-minutes", type=float, default=None, help="stop after this much training time"
+    )
     training.add_argument("--max-tokens", type=int, default=None, help="source/target tokens per micro-batch")
     training.add_argument("--tokens-per-step", type=int, default=None, help="per optimizer step, all devices")
     training.add_argument("--warmup-steps", type=int, default=None)

@@ -194,3 +194,9 @@ def test_two_process_launch(corpus, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "256 per micro-batch x 1 accumulation x 2 process(es)" in result.stdout
     assert json.loads((tmp_path / "model" / "results.json").read_text())["steps"] == 4
+
+
+def test_time_budget_stops_with_a_checkpoint(corpus, tmp_path):
+    results = run_training(settings(corpus, tmp_path, max_steps=10_000, max_minutes=0.001, save_steps=10_000))
+    assert 1 <= results["steps"] < 10_000
+    assert (tmp_path / f"checkpoint-{results['steps']}" / "trainer_state.json").exists()
