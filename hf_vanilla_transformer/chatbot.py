@@ -1,0 +1,371 @@
+"""The Keras "Transformer Korean chatbot" tutorial, rebuilt on this package and `Seq2SeqTrainer`.
+
+The tutorial trains a small Transformer on the Korean chit-chat corpus ChatbotData.csv (songys/Chatbot_data,
+shipped in `data/chatbot_ko/`). Its steps and where they live here:
+
+1. Preprocessing: spaces around ? . ! , so that punctuation becomes its own token (`preprocess_sentence`).
+2. Vocabulary: a subword vocabulary of about 2^13 tokens plus start and end tokens. Here a BPE vocabulary
+   from `train_shared_bpe_tokenizer`, whose `<s>` and `</s>` play those roles.
+3. MAX_LENGTH 40, counted with the start and end tokens, and post-padding. Here pairs with a side longer
+   than 40 are dropped with a printed count, and each batch is padded on the right to its longest pair
+   rather than every pair to 40, which gives the same loss for less computation.
+4. The model: NUM_LAYERS 2, D_MODEL 256, NUM_HEADS 8, DFF 512, DROPOUT 0.1, the paper's architecture.
+5. Training: Adam(0.9, 0.98, 1e-9) with the paper's learning-rate schedule, warmup 4000 (Section 5.3),
+   batch 64, a loss and a token accuracy that ignore padding.
+6. Inference: greedy decoding from the start token until the end token or MAX_LENGTH (`answer`).
+
+Choices made here: the loss is a mean over real target tokens (padding left out of both the sum and the
+count); 500 pairs are held out by default; accuracy is measured, with dropout off, both on a sample of the
+training pairs (comparable to the accuracy the tutorial prints while training) and on the held-out pairs.
+"""
+
+import csv
+import random
+import re
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    EvalPrediction,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .schedule import build_paper_optimizer, get_noam_schedule
+from .tokenization import train_shared_bpe_tokenizer
+
+# The copy shipped with the repository (data/README.md); an installed wheel does not contain it.
+DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data" / "chatbot_ko" / "ChatbotData.csv"
+
+# The tutorial's own example questions, answered after training.
+SAMPLE_QUESTIONS = ("영화 볼래?", "고민이 있어", "너무 화가나")
+
+# Accuracy on training pairs is measured on a fixed random sample of this many pairs, to keep evaluation
+# as cheap as the held-out one.
+TRAIN_SAMPLE_SIZE = 500
+
+_PUNCTUATION = re.compile(r"([?.!,])")
+_SPACE_BEFORE_PUNCTUATION = re.compile(r" ([?.!,])")
+_WHITESPACE = re.compile(r"\s+")
+
+
+@dataclass
+class ChatbotSettings:
+    """The tutorial's hyperparameters (its upper-case constants, lower-cased) and the run's options.
+
+    Attributes:
+        vocab_size: target size of the subword vocabulary (the tutorial's target_vocab_size 2^13); BPE stops
+            earlier when no pair occurs twice.
+        max_length: MAX_LENGTH, the longest pair side in tokens, start and end tokens included.
+        num_layers, d_model, num_heads, dff, dropout: N, d_model, h, d_ff and P_drop of the paper.
+        label_smoothing: eps_ls; the tutorial uses plain cross-entropy (0.0), the paper 0.1.
+        warmup_steps: warmup of the paper's schedule (Section 5.3, Eq. 3).
+        batch_size: pairs per update.
+        epochs: passes over the training pairs; ignored when max_steps > 0.
+        max_steps: stop after this many updates when > 0.
+        eval_size: pairs held out from training to measure accuracy on unseen questions (0: none).
+        limit: use only the first `limit` rows of the corpus (quick trials and tests).
+        logging_steps: updates between logged training losses.
+        seed: seed of the split, the shuffling and the initialisation.
+    """
+
+    vocab_size: int = 2**13
+    max_length: int = 40
+    num_layers: int = 2
+    d_model: int = 256
+    num_heads: int = 8
+    dff: int = 512
+    dropout: float = 0.1
+    label_smoothing: float = 0.0
+    warmup_steps: int = 4000
+    batch_size: int = 64
+    epochs: float = 8.0
+    max_steps: int = -1
+    eval_size: int = 500
+    limit: int | None = None
+    logging_steps: int = 50
+    seed: int = 42
+
+
+@dataclass
+class ChatbotTrainingResult:
+    """What `train_chatbot` returns: the trained model, its tokenizer and the measured numbers."""
+
+    model: VanillaTransformerForConditionalGeneration
+    tokenizer: PreTrainedTokenizerBase
+    output_dir: Path
+    metrics: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def preprocess_sentence(sentence: str) -> str:
+    """Tutorial step 1: put spaces around ? . ! , ("12시 땡!" -> "12시 땡 !").
+
+    Runs of spaces are collapsed too (the tutorial leaves them), since a doubled space would become a
+    token of its own under the Metaspace pre-tokenizer.
+    """
+    return _WHITESPACE.sub(" ", _PUNCTUATION.sub(r" \1 ", sentence)).strip()
+
+
+def postprocess_answer(text: str) -> str:
+    """Undo `preprocess_sentence` for display: "하루가 또 가네요 ." -> "하루가 또 가네요."."""
+    return _SPACE_BEFORE_PUNCTUATION.sub(r"\1", text).strip()
+
+
+def load_chatbot_pairs(
+    path: str | Path = DEFAULT_DATA, limit: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Read the Q and A columns of ChatbotData.csv (CRLF line endings, header Q,A,label), preprocessed."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No chatbot corpus at {path}. The repository ships it as data/chatbot_ko/ChatbotData.csv; "
+            "pass its path (or another CSV with columns Q and A)."
+        )
+    questions, answers = [], []
+    # newline="" lets the csv module handle the CRLF line endings (and any newline inside a quoted field).
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if reader.fieldnames is None or not {"Q", "A"} <= set(reader.fieldnames):
+            raise ValueError(f"{path} must have a header with columns Q and A, got {reader.fieldnames}.")
+        for row in reader:
+            if limit is not None and len(questions) >= limit:
+                break
+            question, answer = preprocess_sentence(row["Q"]), preprocess_sentence(row["A"])
+            if question and answer:
+                questions.append(question)
+                answers.append(answer)
+    if not questions:
+        raise ValueError(f"{path} holds no question-answer pairs.")
+    return questions, answers
+
+
+def chatbot_generation_config(
+    config: VanillaTransformerConfig, max_length: int, num_beams: int = 1
+) -> GenerationConfig:
+    """Tutorial step 6: greedy decoding (num_beams=1) from `<s>` until `</s>`, at most `max_length`
+    decoder tokens (the start token included, as the tutorial counts)."""
+    return GenerationConfig(
+        num_beams=num_beams,
+        do_sample=False,
+        max_length=max_length,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
+
+
+def build_chatbot_model(
+    settings: ChatbotSettings, tokenizer: PreTrainedTokenizerBase
+) -> VanillaTransformerForConditionalGeneration:
+    """Tutorial step 4: the paper's base architecture at the tutorial's size, with its generation config."""
+    config = VanillaTransformerConfig.from_preset(
+        "base",
+        vocab_size=len(tokenizer),
+        N=settings.num_layers,
+        d_model=settings.d_model,
+        h=settings.num_heads,
+        d_ff=settings.dff,
+        P_drop=settings.dropout,
+        eps_ls=settings.label_smoothing,
+        max_position_embeddings=settings.max_length,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    model = VanillaTransformerForConditionalGeneration(config)
+    model.generation_config = chatbot_generation_config(config, settings.max_length)
+    return model
+
+
+def _tokenize_and_filter(
+    tokenizer: PreTrainedTokenizerBase, questions: list[str], answers: list[str], max_length: int
+) -> Dataset:
+    """Tutorial step 3. The tokenizer appends `</s>`; the decoder's `<s>` is added by the model when it
+    shifts the labels, so a side fits when its ids plus that one start token are at most `max_length`."""
+    sources = tokenizer(questions)["input_ids"]
+    targets = tokenizer(answers)["input_ids"]
+    kept = [i for i, (s, t) in enumerate(zip(sources, targets)) if max(len(s), len(t)) + 1 <= max_length]
+    print(
+        f"Kept {len(kept):,} of {len(sources):,} pairs; dropped {len(sources) - len(kept):,} with a side "
+        f"longer than MAX_LENGTH={max_length} tokens (start and end tokens included)."
+    )
+    return Dataset.from_dict({"input_ids": [sources[i] for i in kept], "labels": [targets[i] for i in kept]})
+
+
+def preprocess_logits_for_metrics(logits: torch.Tensor | tuple, labels: torch.Tensor) -> torch.Tensor:
+    """Keep only the arg-max token of each position, so evaluation never stores vocabulary-sized logits."""
+    if isinstance(logits, tuple):  # (logits, encoder_last_hidden_state)
+        logits = logits[0]
+    return logits.argmax(dim=-1)
+
+
+def masked_token_accuracy(prediction: EvalPrediction) -> dict[str, float]:
+    """Tutorial step 5's accuracy: the share of target tokens predicted right, padding (-100) excluded."""
+    predictions, labels = np.asarray(prediction.predictions), np.asarray(prediction.label_ids)
+    mask = labels != -100
+    return {"accuracy": float((predictions[mask] == labels[mask]).mean())}
+
+
+def train_chatbot(
+    output_dir: str | Path,
+    data_path: str | Path = DEFAULT_DATA,
+    settings: ChatbotSettings | None = None,
+    show_progress: bool = True,
+) -> ChatbotTrainingResult:
+    """Run the tutorial end to end and save a folder that `AutoModelForSeq2SeqLM`, `AutoTokenizer` and
+    `load_chatbot` read: weights, config, tokenizer and a greedy generation config.
+
+    Metrics (the Trainer prints them as it goes): `train_loss`, the mean training loss of the whole run;
+    `last_logged_loss`, that of the last `logging_steps` updates; and, from the evaluation at the end of
+    the last epoch, `eval_train_sample_loss` / `eval_train_sample_accuracy` on up to 500 training pairs
+    and, when `settings.eval_size > 0`, `eval_held_out_loss` / `eval_held_out_accuracy` on unseen pairs.
+    """
+    settings = settings or ChatbotSettings()
+    output_dir = Path(output_dir)
+    set_seed(settings.seed)
+    questions, answers = load_chatbot_pairs(data_path, settings.limit)
+    print(f"Read {len(questions):,} question-answer pairs from {data_path}.")
+
+    tokenizer = train_shared_bpe_tokenizer(
+        questions + answers,
+        vocab_size=settings.vocab_size,
+        model_max_length=settings.max_length,
+        show_progress=show_progress,
+    )
+    print(f"Subword vocabulary: {len(tokenizer):,} tokens (<s>, <pad>, </s>, <unk> included).")
+    pairs = _tokenize_and_filter(tokenizer, questions, answers, settings.max_length)
+    if settings.eval_size >= len(pairs):
+        raise ValueError(f"eval_size={settings.eval_size} leaves no training pairs out of {len(pairs)}.")
+    eval_datasets = {}
+    if settings.eval_size > 0:
+        split = pairs.train_test_split(test_size=settings.eval_size, seed=settings.seed)
+        pairs, eval_datasets["held_out"] = split["train"], split["test"]
+    sample = random.Random(settings.seed).sample(range(len(pairs)), min(TRAIN_SAMPLE_SIZE, len(pairs)))
+    eval_datasets["train_sample"] = pairs.select(sample)
+
+    model = build_chatbot_model(settings, tokenizer)
+    optimizer = build_paper_optimizer(model)
+    scheduler = get_noam_schedule(optimizer, settings.d_model, settings.warmup_steps)
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=settings.batch_size,
+        per_device_eval_batch_size=settings.batch_size,
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        # The paper and the tutorial do not clip gradients; Trainer would clip at 1.0.
+        max_grad_norm=0.0,
+        eval_strategy="epoch",
+        logging_strategy="steps",
+        logging_steps=settings.logging_steps,
+        save_strategy="no",
+        report_to="none",
+        # Pinned memory speeds up copies to a GPU; without one, pinning only prints a warning.
+        dataloader_pin_memory=torch.cuda.is_available(),
+        disable_tqdm=not show_progress,
+        seed=settings.seed,
+    )
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=pairs,
+        eval_dataset=eval_datasets,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=masked_token_accuracy,
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+        optimizers=(optimizer, scheduler),
+    )
+    start = time.perf_counter()
+    train_output = trainer.train()
+    seconds = time.perf_counter() - start
+    metrics = {"train_loss": train_output.training_loss, "train_steps": float(train_output.global_step)}
+    # The Trainer also evaluates when max_steps cuts an epoch short: the last entries are the final weights.
+    for entry in trainer.state.log_history:
+        metrics.update({key: value for key, value in entry.items() if key.startswith("eval_")})
+        if "loss" in entry:
+            metrics["last_logged_loss"] = entry["loss"]
+    trainer.save_model(str(output_dir))
+    print(f"Saved the chatbot to {output_dir} after {seconds:.0f} s of training.")
+    return ChatbotTrainingResult(model.eval(), tokenizer, output_dir, metrics, seconds)
+
+
+def load_chatbot(
+    path: str | Path, **model_kwargs
+) -> tuple[VanillaTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
+    """Load a folder written by `train_chatbot` with the Auto classes (extra kwargs go to the model)."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(path, **model_kwargs).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+@torch.no_grad()
+def answer(
+    model: VanillaTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    question: str,
+    num_beams: int = 1,
+) -> str:
+    """Tutorial step 6 (`predict`): preprocess the question like the training data, decode (greedy unless
+    `num_beams` > 1, up to the saved generation config's max_length) and return the answer text."""
+    inputs = tokenizer(preprocess_sentence(question), return_tensors="pt", truncation=True)
+    output = model.generate(**inputs.to(model.device), num_beams=num_beams)
+    return postprocess_answer(tokenizer.decode(output[0], skip_special_tokens=True))
+
+
+def chat_session(
+    model: VanillaTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    lines: Iterable[str] | None = None,
+    out: TextIO | None = None,
+    num_beams: int = 1,
+) -> None:
+    """Answer each line of `lines` (default: standard input) on `out` (default: standard output) until end
+    of input or a line `quit`."""
+    # Looked up at call time, not bound as defaults, so redirected streams (tests, notebooks) are honoured.
+    lines = sys.stdin if lines is None else lines
+    out = sys.stdout if out is None else out
+    print("Type a question (empty line skipped; 'quit' or Ctrl-D to leave).", file=out)
+    print("> ", end="", file=out, flush=True)
+    for line in lines:
+        question = line.strip()
+        if question == "quit":
+            break
+        if question:
+            print(answer(model, tokenizer, question, num_beams), file=out)
+        print("> ", end="", file=out, flush=True)
+    print(file=out)
+
+
+__all__ = [
+    "DEFAULT_DATA",
+    "SAMPLE_QUESTIONS",
+    "ChatbotSettings",
+    "ChatbotTrainingResult",
+    "answer",
+    "build_chatbot_model",
+    "chat_session",
+    "chatbot_generation_config",
+    "load_chatbot",
+    "load_chatbot_pairs",
+    "masked_token_accuracy",
+    "postprocess_answer",
+    "preprocess_sentence",
+    "train_chatbot",
+]

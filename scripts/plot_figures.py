@@ -1,0 +1,57 @@
+#!/usr/bin/env python
+"""Draw the figures of docs/figures/: positional encodings, the learning-rate schedule and, given a trained
+chatbot (scripts/chatbot.py train), its attention for one question. Needs the `plots` extra (matplotlib).
+
+    python scripts/plot_figures.py --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hf_vanilla_transformer.chatbot import load_chatbot, preprocess_sentence
+from hf_vanilla_transformer.plotting import (
+    attention_maps,
+    find_hangul_font,
+    plot_attention,
+    plot_learning_rate,
+    plot_positional_encoding,
+)
+
+ATTENTION_FILES = {
+    "encoder": "attention_encoder_self.png",
+    "decoder": "attention_decoder_self.png",
+    "cross": "attention_cross.png",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: %(default)s")
+    parser.add_argument("--model", type=Path, help="trained chatbot folder; without it no attention figures")
+    parser.add_argument("--question", default="영화 볼래?", help="input of the attention figures")
+    parser.add_argument("--d-model", type=int, default=256, help="d_model of the schedule figure")
+    parser.add_argument("--warmup-steps", type=int, default=4000, help="warmup of the schedule figure")
+    parser.add_argument("--total-steps", type=int, default=200_000, help="steps of the schedule figure")
+    args = parser.parse_args(argv)
+
+    written = [args.out / "positional_encoding.png", args.out / "learning_rate.png"]
+    plot_positional_encoding(50, 128, path=written[0])
+    plot_learning_rate(args.d_model, args.warmup_steps, args.total_steps, path=written[1])
+    if args.model is not None:
+        print(f"Hangul font: {find_hangul_font()}")
+        model, tokenizer = load_chatbot(args.model, attn_implementation="eager")
+        maps = attention_maps(model, tokenizer, preprocess_sentence(args.question))
+        print(f"Input tokens: {maps.source_tokens}\nDecoder tokens: {maps.target_tokens}")
+        for kind, name in ATTENTION_FILES.items():
+            plot_attention(maps, kind, path=args.out / name)
+            written.append(args.out / name)
+    for path in written:
+        print(f"Wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The Keras chatbot tutorial on this package: preprocessing, data, a short training run, answers and CLI."""
+
+import importlib.util
+import io
+import math
+
+import pytest
+from conftest import REPO_ROOT
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from hf_vanilla_transformer.chatbot import (
+    DEFAULT_DATA,
+    ChatbotSettings,
+    _tokenize_and_filter,
+    answer,
+    chat_session,
+    load_chatbot_pairs,
+    postprocess_answer,
+    preprocess_sentence,
+    train_chatbot,
+)
+
+# A slice of the corpus and a model small enough to train in seconds. 40 updates on 32 pairs (warmup 10)
+# memorise enough to answer with words; fewer leave a model that emits only the word-start mark "▁".
+TINY = ChatbotSettings(
+    vocab_size=1000,
+    num_layers=1,
+    d_model=32,
+    num_heads=4,
+    dff=64,
+    warmup_steps=10,
+    batch_size=16,
+    max_steps=40,
+    eval_size=8,
+    limit=40,
+    logging_steps=10,
+)
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_chatbot(tmp_path_factory.mktemp("chatbot"), settings=TINY, show_progress=False)
+
+
+def test_preprocessing_spaces_punctuation_like_the_tutorial():
+    assert preprocess_sentence("12시 땡!") == "12시 땡 !"
+    assert preprocess_sentence(" 뭐해?? 나, 심심해. ") == "뭐해 ? ? 나 , 심심해 ."
+    assert postprocess_answer("하루가 또 가네요 .") == "하루가 또 가네요."
+
+
+def test_shipped_corpus_reads_all_rows():
+    questions, answers = load_chatbot_pairs(DEFAULT_DATA)
+    assert len(questions) == len(answers) == 11_823
+    assert (questions[0], answers[0]) == ("12시 땡 !", "하루가 또 가네요 .")
+    assert (DEFAULT_DATA.parent / "LICENSE").read_text().strip().startswith("The MIT License")
+
+
+def test_training_reports_masked_accuracy_and_saves_a_loadable_folder(trained):
+    metrics = trained.metrics
+    assert metrics["train_steps"] == TINY.max_steps
+    assert math.isfinite(metrics["train_loss"])
+    for split in ("train_sample", "held_out"):
+        assert 0.0 <= metrics[f"eval_{split}_accuracy"] <= 1.0
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained.output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(trained.output_dir)
+    assert type(model) is type(trained.model)
+    assert tokenizer.get_vocab() == trained.tokenizer.get_vocab()
+    assert model.generation_config.num_beams == 1 and not model.generation_config.do_sample
+    assert model.generation_config.max_length == TINY.max_length
+
+
+def test_overlong_pairs_are_dropped_with_a_printed_count(trained, capsys):
+    questions = ["짧다", "이 질문은 여덟 개의 토큰보다 훨씬 더 많은 토큰으로 나뉘는 긴 문장이다"]
+    pairs = _tokenize_and_filter(trained.tokenizer, questions, ["응", "응"], max_length=8)
+    assert len(pairs) == 1 and len(pairs[0]["input_ids"]) + 1 <= 8
+    assert "Kept 1 of 2 pairs; dropped 1" in capsys.readouterr().out
+
+
+def test_answers_greedy_and_with_beams(trained):
+    greedy = answer(trained.model, trained.tokenizer, "영화 볼래?")
+    assert isinstance(greedy, str) and greedy.strip()
+    assert answer(trained.model, trained.tokenizer, "영화 볼래?", num_beams=3).strip()
+
+
+def test_cli_ask_prints_the_library_answer(trained, capsys):
+    expected = answer(trained.model, trained.tokenizer, "영화 볼래?")
+    capsys.readouterr()
+    _load_script("chatbot").main(["chat", "--model", str(trained.output_dir), "--ask", "영화 볼래?"])
+    assert capsys.readouterr().out.strip() == expected
+
+
+def test_cli_train_saves_a_model_and_prints_the_final_numbers(tmp_path, capsys):
+    flags = ["--limit", "40", "--eval-size", "8", "--max-steps", "2", "--vocab-size", "1000"]
+    flags += ["--num-layers", "1", "--d-model", "32", "--num-heads", "4", "--dff", "64"]
+    _load_script("chatbot").main(["train", "--output-dir", str(tmp_path), *flags])
+    out = capsys.readouterr().out
+    assert "Final after 2 updates" in out and "held-out loss" in out and "Q: 영화 볼래?" in out
+    assert (tmp_path / "generation_config.json").is_file() and (tmp_path / "tokenizer.json").is_file()
+
+
+def test_chat_session_answers_until_quit(trained):
+    out = io.StringIO()
+    chat_session(trained.model, trained.tokenizer, ["영화 볼래?\n", "\n", "quit\n", "never read\n"], out)
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "> " + answer(trained.model, trained.tokenizer, "영화 볼래?")
+    assert out.getvalue().count("> ") == 3

@@ -1,0 +1,96 @@
+"""The figures: positional encodings, the learning-rate schedule and attention heatmaps."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO_ROOT, tiny_config
+
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, plotting
+from hf_vanilla_transformer.chatbot import chatbot_generation_config, load_chatbot_pairs
+from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+
+MIN_PNG_BYTES = 10_000  # a blank or failed figure is a few kB
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    questions, answers = load_chatbot_pairs(limit=50)
+    return train_shared_bpe_tokenizer(questions + answers, vocab_size=500, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def maps(tokenizer):
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), decoder_layers=3, attn_implementation="eager")
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model.generation_config = chatbot_generation_config(config, max_length=6)
+    return plotting.attention_maps(model, tokenizer, "영화 볼래 ?")
+
+
+def test_positional_encoding_figure_plots_the_formula(tmp_path):
+    path = tmp_path / "pe.png"
+    _, matrix = plotting.plot_positional_encoding(50, 128, path=path)
+    position = np.arange(50)[:, None]
+    angle = position / 10000 ** (2 * (np.arange(128)[None, :] // 2) / 128)
+    expected = np.where(np.arange(128) % 2 == 0, np.sin(angle), np.cos(angle))
+    assert matrix.shape == (50, 128)
+    np.testing.assert_allclose(matrix, expected, atol=1e-6)
+    assert path.stat().st_size > MIN_PNG_BYTES
+
+
+def test_learning_rate_figure_peaks_at_the_warmup_step(tmp_path):
+    path = tmp_path / "lr.png"
+    _, rates = plotting.plot_learning_rate(d_model=256, warmup_steps=4000, total_steps=200_000, path=path)
+    assert rates.shape == (200_000,)
+    assert int(np.argmax(rates)) + 1 == 4000
+    assert rates.max() == pytest.approx(256**-0.5 * 4000**-0.5)
+    assert path.stat().st_size > MIN_PNG_BYTES
+
+
+def test_attention_maps_have_one_matrix_per_layer_and_head(maps):
+    source, target = len(maps.source_ids), len(maps.target_ids)
+    assert maps.target_ids[0] == 0  # the decoder starts at <s>
+    assert maps.encoder.shape == (2, 4, source, source)
+    assert maps.decoder.shape == (3, 4, target, target)
+    assert maps.cross.shape == (3, 4, target, source)
+    np.testing.assert_allclose(maps.cross.sum(-1), 1.0, atol=1e-5)
+    assert np.allclose(np.triu(maps.decoder, k=1), 0.0)  # masked self-attention never looks ahead
+
+
+@pytest.mark.parametrize("kind, layers", [("encoder", 2), ("decoder", 3), ("cross", 3)])
+def test_attention_figure_has_a_panel_per_layer_and_head(maps, kind, layers, tmp_path):
+    path = tmp_path / f"{kind}.png"
+    figure = plotting.plot_attention(maps, kind, path=path)
+    panels = [axes for axes in figure.axes if axes.images]
+    assert len(panels) == layers * 4
+    assert path.stat().st_size > MIN_PNG_BYTES
+    keys = maps.source_tokens if kind != "decoder" else maps.target_tokens
+    if plotting.find_hangul_font():
+        assert [label.get_text() for label in panels[0].get_xticklabels()] == keys
+
+
+def test_without_a_hangul_font_tokens_become_ids_with_a_warning(maps, monkeypatch):
+    monkeypatch.setattr(plotting, "find_hangul_font", lambda: None)
+    with pytest.warns(UserWarning, match="fonts-nanum"):
+        figure = plotting.plot_attention(maps, "encoder")
+    labels = [label.get_text() for label in figure.axes[0].get_xticklabels()]
+    assert labels == [str(token_id) for token_id in maps.source_ids]
+
+
+def test_attention_maps_need_eager_attention(tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer), attn_implementation="sdpa")
+    with pytest.raises(ValueError, match="eager"):
+        plotting.attention_maps(VanillaTransformerForConditionalGeneration(config), tokenizer, "안녕")
+
+
+def test_plot_figures_script_writes_the_static_figures(tmp_path):
+    spec = importlib.util.spec_from_file_location("plot_figures", REPO_ROOT / "scripts" / "plot_figures.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(["--out", str(tmp_path), "--total-steps", "20000"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "learning_rate.png",
+        "positional_encoding.png",
+    ]
