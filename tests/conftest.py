@@ -5,6 +5,9 @@ import os
 # Read by huggingface_hub at import time: set before anything imports it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tiny models gain nothing from a second thread, and subprocesses (training runs, Hub clients) inherit
+# this: without it, their OpenMP pools and pytest's own fight over the two cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from pathlib import Path  # noqa: E402
 
