@@ -9,6 +9,7 @@ This module is copied next to saved weights for `trust_remote_code=True` users: 
 anything from `hf_vanilla_transformer` except through relative imports.
 """
 
+import dataclasses
 from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
@@ -52,6 +53,10 @@ PAPER_SYMBOLS: dict[str, tuple[str, ...]] = {
     "P_drop": ("dropout",),
     "eps_ls": ("label_smoothing",),
 }
+
+
+# Options that PreTrainedConfig takes besides its fields.
+LOADING_OPTIONS = {"attn_implementation", "output_attentions", "torch_dtype"}
 
 
 class VanillaTransformerConfig(PreTrainedConfig):
@@ -175,6 +180,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}: choose one of {sorted(PRESETS)}.")
         values = dict(PRESETS[name])
+        known = {f.name for f in dataclasses.fields(cls)} | set(PAPER_SYMBOLS) | LOADING_OPTIONS
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown setting(s) {unknown} for from_preset: use config fields (e.g. d_model, "
+                f"encoder_layers) or the paper's symbols {sorted(PAPER_SYMBOLS)}."
+            )
         for key, value in overrides.items():
             for field in PAPER_SYMBOLS.get(key, (key,)):
                 values[field] = value

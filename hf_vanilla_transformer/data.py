@@ -300,7 +300,7 @@ def tokenize_pairs(
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list]:
         source = tokenizer(batch["src"])
-        target = tokenizer(batch["tgt"])["input_ids"]
+        target = tokenizer(text_target=batch["tgt"])["input_ids"]
         too_long = [
             len(src_ids) > max_source_length or len(tgt_ids) > max_target_length
             for src_ids, tgt_ids in zip(source["input_ids"], target, strict=True)
@@ -308,7 +308,9 @@ def tokenize_pairs(
         if long_pairs == "truncate" and any(too_long):
             # The tokenizer truncates before its post-processor adds </s>, so the cut keeps the end token.
             source = tokenizer(batch["src"], truncation=True, max_length=max_source_length)
-            target = tokenizer(batch["tgt"], truncation=True, max_length=max_target_length)["input_ids"]
+            target = tokenizer(text_target=batch["tgt"], truncation=True, max_length=max_target_length)[
+                "input_ids"
+            ]
         return {
             "input_ids": source["input_ids"],
             "attention_mask": source["attention_mask"],

@@ -144,12 +144,11 @@ def train_shared_bpe_tokenizer(
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedTokenizerBase:
-    """Load a tokenizer with `AutoTokenizer` and check it defines pad, unk, bos and eos tokens.
+    """Load a tokenizer with `AutoTokenizer` and check it defines pad and eos tokens.
 
-    The model needs all four: padding and the loss mask use pad, generation starts from bos (Section 5.1's
-    vocabulary has no other start symbol) and stops at eos. Their ids are not required to be 0-3, since
-    converted checkpoints (Marian, for one) carry their own ids in the
-    model config.
+    Padding and the loss mask use pad, and generation stops at eos. The decoder's start token is the
+    model config's `decoder_start_token_id` (the `<s>` of tokenizers trained here; Marian's use pad), so
+    a bos token is not required. Ids are not required to be 0-3: converted checkpoints carry their own.
 
     Args:
         name_or_path: a directory written by `save_pretrained`, or a Hub id (offline: only if cached).
@@ -161,7 +160,7 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedToken
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     vocab = tokenizer.get_vocab()
     problems = []
-    for role in ("pad_token", "unk_token", "bos_token", "eos_token"):
+    for role in ("pad_token", "eos_token"):
         token = getattr(tokenizer, role)
         if token is None:
             problems.append(f"{role} is not set")

@@ -94,6 +94,9 @@ class TrainingSettings:
     src_lang: str = "en"
     tgt_lang: str = "de"
     dataset_config: str | None = None
+    train_split: str = "train"
+    dev_split: str = "validation"
+    test_split: str = "test"
     preset: str = "cpu"
     init_from: str | None = None
     tokenizer: str | None = None
@@ -148,6 +151,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     def __init__(self, *args, max_tokens: int, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
+        self.train_collator = TokenCounter(self.data_collator)
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
@@ -162,7 +166,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
+            collate_fn=self.train_collator,
             num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
             worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
@@ -174,9 +178,9 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
 
 
 class TokenCounter:
-    """Wraps the data collator to count the target tokens trained on, for the tokens/s figure."""
+    """Wraps the training data collator to count the target tokens trained on, for the tokens/s figure."""
 
-    def __init__(self, collator: DataCollatorForSeq2Seq) -> None:
+    def __init__(self, collator: Any) -> None:
         self.collator = collator
         self.target_tokens = 0
 
@@ -199,7 +203,7 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
         # Every process must stop at the same step, so the main process decides for all.
-        stop = torch.tensor(float(time.monotonic() - self.started > self.seconds))
+        stop = torch.tensor(float(time.monotonic() - self.started > self.seconds), device=args.device)
         if args.world_size > 1:
             torch.distributed.broadcast(stop, src=0)
         if stop.item():
@@ -208,9 +212,15 @@ class TimeBudgetCallback(TrainerCallback):
 
 
 class ProgressSummaryCallback(TrainerCallback):
-    """Prints dev loss lines as they come, so that a long run is readable without the bars."""
+    """Prints dev loss lines as they come, so that a long run is readable without the bars, and adds
+    up the time spent on them, which the tokens/s figure leaves out."""
+
+    def __init__(self) -> None:
+        self.eval_seconds = 0.0
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
+        if metrics and "eval_runtime" in metrics:
+            self.eval_seconds += metrics["eval_runtime"]
         if state.is_world_process_zero and metrics and "eval_loss" in metrics:
             print(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}", flush=True)
 
@@ -303,6 +313,11 @@ def _build_model(
     settings: TrainingSettings, recipe: TrainingPreset, tokenizer: PreTrainedTokenizerBase
 ) -> VanillaTransformerForConditionalGeneration:
     if settings.init_from is not None:
+        if settings.model_overrides:
+            raise ValueError(
+                f"--model-override ({', '.join(settings.model_overrides)}) cannot change "
+                f"{settings.init_from}: a fine-tuned model keeps the architecture it starts from."
+            )
         model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
         if model.config.vocab_size < len(tokenizer):
             raise ValueError(
@@ -310,6 +325,11 @@ def _build_model(
                 f"{model.config.vocab_size} embeddings: fine-tune with the model's own tokenizer."
             )
         return model
+    if tokenizer.bos_token_id is None:
+        raise ValueError(
+            "The tokenizer has no bos token, which a new model's decoder starts from. Use a tokenizer made "
+            "by train_shared_bpe_tokenizer, or add one with tokenizer.add_special_tokens({'bos_token': ...})."
+        )
     config = VanillaTransformerConfig.from_preset(
         recipe.model_preset,
         vocab_size=len(tokenizer),
@@ -369,9 +389,9 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     checkpoint = _check_resumable(output_dir, settings.resume)
     state = PartialState(cpu=not torch.cuda.is_available())
 
-    train_pairs = _load_split(settings, settings.train, settings.train_target, "train")
-    dev_pairs = _load_split(settings, settings.dev, settings.dev_target, "validation")
-    test_pairs = _load_split(settings, settings.test, settings.test_target, "test")
+    train_pairs = _load_split(settings, settings.train, settings.train_target, settings.train_split)
+    dev_pairs = _load_split(settings, settings.dev, settings.dev_target, settings.dev_split)
+    test_pairs = _load_split(settings, settings.test, settings.test_target, settings.test_split)
 
     def train_texts():
         yield from train_pairs["src"]
@@ -413,17 +433,16 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     )
     optimizer = build_paper_optimizer(model)
     scheduler = get_noam_schedule(optimizer, model.config.d_model, recipe.warmup_steps, recipe.lr_scale)
-    collator = TokenCounter(DataCollatorForSeq2Seq(tokenizer, model=model))
+    progress = ProgressSummaryCallback()
     trainer = TokenBudgetSeq2SeqTrainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
         eval_dataset=dev_dataset,
-        data_collator=collator,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
         optimizers=(optimizer, scheduler),
-        callbacks=[ProgressSummaryCallback()]
-        + ([TimeBudgetCallback(recipe.max_minutes)] if recipe.max_minutes else []),
+        callbacks=[progress] + ([TimeBudgetCallback(recipe.max_minutes)] if recipe.max_minutes else []),
         max_tokens=recipe.max_tokens,
     )
     if state.is_main_process:
@@ -437,31 +456,29 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         )
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    elapsed = time.perf_counter() - started
-    target_tokens = int(trainer.accelerator.reduce(torch.tensor(collator.target_tokens), "sum"))
-    if not state.is_main_process:
-        return {}
+    train_seconds = time.perf_counter() - started - progress.eval_seconds
+    counted = torch.tensor(trainer.train_collator.target_tokens, device=trainer.args.device)
+    target_tokens = int(trainer.accelerator.reduce(counted, "sum"))
 
-    final_dir = output_dir / FINAL_MODEL_DIR
     # Section 6.1 averages the last K checkpoints; a short run may have saved fewer.
+    final_dir = output_dir / FINAL_MODEL_DIR
     available = last_checkpoints(output_dir, k=None)
     averaged = available[-recipe.average_checkpoints :] if recipe.average_checkpoints > 1 else []
-    if len(averaged) > 1:
-        average_checkpoints(averaged, final_dir)
-        model = VanillaTransformerForConditionalGeneration.from_pretrained(final_dir)
-        print(f"Averaged the last {len(averaged)} checkpoints: {', '.join(p.name for p in averaged)}")
-    else:
-        model = trainer.model
+    if state.is_main_process:
+        if len(averaged) > 1:
+            average_checkpoints(averaged, final_dir)
+            print(f"Averaged the last {len(averaged)} checkpoints: {', '.join(p.name for p in averaged)}")
+        else:
+            trainer.model.save_pretrained(final_dir)
+    state.wait_for_everyone()
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(final_dir).to(trainer.args.device)
     model.generation_config = paper_generation_config(model.config)
-    model.save_pretrained(final_dir)
-    tokenizer.save_pretrained(final_dir)
-
     results: dict[str, Any] = {
         "preset": settings.preset,
         "steps": trainer.state.global_step,
         "train_pairs": len(train_dataset),
-        "train_seconds": round(elapsed, 1),
-        "target_tokens_per_second": round(target_tokens / elapsed, 1) if elapsed else None,
+        "train_seconds": round(train_seconds, 1),
+        "target_tokens_per_second": round(target_tokens / train_seconds, 1) if train_seconds > 0 else None,
         "parameters": sum(p.numel() for p in model.parameters()),
         "averaged_checkpoints": [p.name for p in averaged] if len(averaged) > 1 else [],
         "dataset": settings.train,
@@ -470,8 +487,15 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         "model_dir": str(final_dir),
     }
     if dev_dataset is not None:
-        trainer.model = model.to(trainer.args.device)
+        # Every process takes part: the Trainer's evaluation gathers across them.
+        trainer.model = model
         results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
+    if not state.is_main_process:
+        return {}
+
+    model.save_pretrained(final_dir)
+    tokenizer.save_pretrained(final_dir)
+    if dev_pairs is not None:
         dev, _ = _evaluate_bleu(model, tokenizer, dev_pairs, settings, "dev")
         results["dev_bleu"], results["dev_bleu_signature"] = dev["bleu"], dev["bleu_signature"]
     if test_pairs is not None:
@@ -496,11 +520,13 @@ def _print_summary(results: dict[str, Any]) -> None:
     lines = [
         "",
         "=" * 72,
-        f"steps {results['steps']}  |  {results['train_seconds']} s  |  "
+        f"steps {results['steps']}  |  {results['train_seconds']} s of training  |  "
         f"{results['target_tokens_per_second']} target tokens/s",
     ]
     if "dev_loss" in results:
         lines.append(f"dev loss {results['dev_loss']}  |  dev BLEU {results['dev_bleu']:.2f}")
+    elif "dev_bleu" in results:
+        lines.append(f"dev BLEU {results['dev_bleu']:.2f}")
     if "bleu" in results:
         lines.append(f"test BLEU {results['bleu']:.2f}  ({results['test_set']})  {results['bleu_signature']}")
     for sample in results.get("samples", [])[:3]:

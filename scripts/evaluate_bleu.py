@@ -17,8 +17,10 @@ from hf_vanilla_transformer.evaluation import corpus_bleu, tokenized_bleu
 
 
 def _read_lines(path: Path) -> list[str]:
-    # splitlines, not split("\n"): a trailing newline must not add an empty segment.
-    return path.read_text(encoding="utf-8").splitlines()
+    # Only "\n" ends a line: splitlines() would also split at U+2028 and U+0085, which occur inside WMT
+    # sentences. The final newline does not start another segment.
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,7 @@
     python scripts/train.py --preset cpu-demo --output-dir runs/demo
     python scripts/train.py --preset base --train wmt14 --dataset-config de-en --src-lang en --tgt-lang de \
         --dev none --test none --output-dir runs/base
-    accelerate launch --num_processes 8 scripts/train.py --preset base ...   # one process per GPU
+    accelerate launch --multi_gpu --num_processes 8 scripts/train.py --preset base ...   # one process per GPU
     python scripts/train.py --output-dir runs/demo --resume                  # continue after a crash
 
 Data: `--train PREFIX` reads PREFIX.<src-lang> and PREFIX.<tgt-lang>; `--train FILE --train-target FILE`
@@ -12,8 +12,12 @@ reads two line-aligned files; a .tsv or .jsonl file, or a `datasets` name with -
 
 import argparse
 import json
+from pathlib import Path
 
 from hf_vanilla_transformer.training import TRAINING_PRESETS, TrainingSettings, run_training
+
+# The shipped Multi30k, wherever the script is run from.
+MULTI30K = Path(__file__).resolve().parent.parent / "data" / "multi30k"
 
 
 def optional_path(value: str) -> str | None:
@@ -27,12 +31,12 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
     parser.add_argument("--output-dir", required=True, help="run folder: checkpoints, tokenizer, final model")
     parser.add_argument("--preset", default="cpu", choices=sorted(TRAINING_PRESETS), help="training recipe")
     data = parser.add_argument_group("data")
-    data.add_argument("--train", default="data/multi30k/train")
+    data.add_argument("--train", default=str(MULTI30K / "train"))
     data.add_argument("--train-target", default=None, help="target-side file when --train is the source file")
-    data.add_argument("--dev", type=optional_path, default="data/multi30k/val", help="'none' to skip")
+    data.add_argument("--dev", type=optional_path, default=str(MULTI30K / "val"), help="'none' to skip")
     data.add_argument("--dev-target", default=None)
     data.add_argument(
-        "--test", type=optional_path, default="data/multi30k/test_2016_flickr", help="'none' to skip"
+        "--test", type=optional_path, default=str(MULTI30K / "test_2016_flickr"), help="'none' to skip"
     )
     data.add_argument("--test-target", default=None)
     data.add_argument("--src-lang", default="en")
@@ -40,6 +44,9 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
     data.add_argument(
         "--dataset-config", default=None, help="config of a `datasets` name, e.g. de-en for wmt14"
     )
+    data.add_argument("--train-split", default="train", help="split of a `datasets` name")
+    data.add_argument("--dev-split", default="validation")
+    data.add_argument("--test-split", default="test")
     data.add_argument("--max-length", type=int, default=None, help="longest pair in tokens")
     data.add_argument("--long-pairs", choices=("filter", "truncate"), default="filter")
     model = parser.add_argument_group("model and vocabulary")

@@ -105,3 +105,8 @@ def test_unknown_preset():
 def test_sharing_without_tying_is_refused():
     with pytest.raises(ValueError, match="tie_word_embeddings"):
         VanillaTransformerForConditionalGeneration(tiny_config(tie_word_embeddings=False))
+
+
+def test_misspelled_override_is_refused():
+    with pytest.raises(ValueError, match=r"Unknown setting\(s\) \['d_fff'\]"):
+        VanillaTransformerConfig.from_preset("base", d_fff=128)

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO_ROOT
+from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -102,7 +104,10 @@ def test_train_average_translate_and_score(corpus, tmp_path):
         "average_checkpoints.py", "--run-dir", str(out), "--last", "2", "--output", str(tmp_path / "avg")
     )
     assert averaged.returncode == 0, averaged.stderr[-2000:]
-    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg") is not None
+    two_last = [load_file(out / f"checkpoint-{step}" / "model.safetensors") for step in (4, 6)]
+    mean = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg").state_dict()
+    for key in two_last[0]:
+        torch.testing.assert_close(mean[key], (two_last[0][key] + two_last[1][key]) / 2)
 
 
 def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path):
@@ -188,12 +193,13 @@ def test_two_process_launch(corpus, tmp_path):
     result = subprocess.run(
         [*launcher, str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(tmp_path),
          *data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "4", "--save-steps", "2",
-         "--tokens-per-step", "512", "--dev", "none", "--test", "none"],
+         "--tokens-per-step", "512"],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "256 per micro-batch x 1 accumulation x 2 process(es)" in result.stdout
-    assert json.loads((tmp_path / "model" / "results.json").read_text())["steps"] == 4
+    results = json.loads((tmp_path / "model" / "results.json").read_text())
+    assert results["steps"] == 4 and {"dev_loss", "dev_bleu", "bleu"} <= results.keys()
 
 
 def test_time_budget_stops_with_a_checkpoint(corpus, tmp_path):
