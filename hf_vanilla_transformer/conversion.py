@@ -282,6 +282,7 @@ def _marian_tokenizer(src: Path, config: VanillaTransformerConfig) -> MarianToke
 FAIRSEQ_SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 # The BPE files fairseq's hub loader picks up next to a translation model.
 FAIRSEQ_BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model")
+TARGET_TOKENIZER_DIR = "target_tokenizer"
 # fairseq's `base_architecture` values, which it also applies to checkpoints whose args predate a field.
 _FAIRSEQ_DEFAULTS: dict[str, Any] = {
     "encoder_embed_dim": 512,
@@ -816,9 +817,11 @@ def _save_fairseq_tokenizers(
     where = f"{out}"
     if symbols["target"] != symbols["source"]:
         tokenizer_from_fairseq_dictionary(symbols["target"], max_length).save_pretrained(
-            out / "target_tokenizer"
+            out / TARGET_TOKENIZER_DIR
         )
-        where += f" (source side; target side in {out / 'target_tokenizer'}, for decoding outputs and labels)"
+        where += (
+            f" (source side; target side in {out / TARGET_TOKENIZER_DIR}, for decoding outputs and labels)"
+        )
     _, pieces = _bpe_style(symbols["source"])
     report.notes.append(
         f"Tokenizer in {where}: the fairseq dictionary as a word-level vocabulary over {pieces}. It does NOT "

@@ -42,6 +42,7 @@ from transformers import GenerationConfig
 
 from . import translation_pipeline
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .conversion import FAIRSEQ_BPE_FILES, TARGET_TOKENIZER_DIR
 from .modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
@@ -307,6 +308,14 @@ def stage_repo(
     model.save_pretrained(folder, max_shard_size=max_shard_size)
     tokenizer.save_pretrained(folder)
     shutil.copyfile(pipeline_module, folder / pipeline_module.name)
+    # What a converted fairseq checkpoint needs besides the model: its BPE codes, and the target-side
+    # vocabulary of separate-vocabulary models (see conversion.py).
+    for extra in (*FAIRSEQ_BPE_FILES, TARGET_TOKENIZER_DIR):
+        source = model_dir / extra
+        if source.is_dir():
+            shutil.copytree(source, folder / extra, dirs_exist_ok=True)
+        elif source.is_file():
+            shutil.copyfile(source, folder / extra)
 
     card = render_model_card(
         template_path.read_text(encoding="utf-8"),

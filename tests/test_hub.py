@@ -475,3 +475,22 @@ def test_config_drops_the_repo_pipeline_where_translation_is_registered() -> Non
     # Set after construction, as push_model does, the entry is saved.
     config.custom_pipelines = {"translation": entry}
     assert json.loads(config.to_json_string())["custom_pipelines"] == {"translation": entry}
+
+
+def test_staging_carries_a_converted_fairseq_models_bpe_codes_and_target_vocabulary(tmp_path: Path) -> None:
+    from conftest import tiny_model
+
+    from hf_vanilla_transformer.hub import stage_repo
+    from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+
+    model_dir = tmp_path / "converted"
+    tokenizer = train_shared_bpe_tokenizer(
+        ["a b c", "d e f"] * 5, vocab_size=40, min_frequency=1, show_progress=False
+    )
+    tiny_model(vocab_size=len(tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir / "target_tokenizer")
+    (model_dir / "bpecodes").write_text("a b\n")
+    stage_repo(model_dir, tmp_path / "staged", "org/converted")
+    assert (tmp_path / "staged" / "bpecodes").read_text() == "a b\n"
+    assert (tmp_path / "staged" / "target_tokenizer" / "tokenizer.json").is_file()
