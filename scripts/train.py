@@ -77,7 +77,12 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
     training.add_argument("--eval-steps", type=int, default=None)
     training.add_argument("--seed", type=int, default=1)
     training.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    training.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    training.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bf16 autocast (default: the preset's)",
+    )
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--num-beams", type=int, default=4)
     evaluation.add_argument("--eval-batch-size", type=int, default=64)
