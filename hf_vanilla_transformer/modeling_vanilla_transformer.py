@@ -17,6 +17,7 @@ weights for `trust_remote_code=True` users, so it imports the package only relat
 """
 
 import math
+import platform
 from collections.abc import Callable
 
 import torch
@@ -129,6 +130,41 @@ def eager_attention_forward(
     return attn_output, attn_weights
 
 
+def _is_plain_linear(module: nn.Module) -> bool:
+    """An nn.Linear that computes exactly x W^T + b: not replaced by a subclass and without hooks."""
+    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
+
+
+# Inference in float32 on x86 CPUs runs the projections through oneDNN rather than torch's default GEMM
+# (MKL), which on AMD CPUs takes its AVX2 path: at decoding's few rows per step oneDNN is about twice as
+# fast (benchmarks/RESULTS.md). Same float32 arithmetic, rounded in a different order. False turns it off.
+ONEDNN_FP32_INFERENCE = torch.backends.mkldnn.is_available() and platform.machine().lower() in (
+    "x86_64",
+    "amd64",
+)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b, through oneDNN when that is faster and no gradient is needed (see ONEDNN_FP32_INFERENCE)."""
+    if (
+        ONEDNN_FP32_INFERENCE
+        and not torch.is_grad_enabled()
+        and x.dtype == weight.dtype == torch.float32
+        and x.device.type == "cpu"
+        and not is_torchdynamo_compiling()
+    ):
+        rows = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+        return out.view(*x.shape[:-1], weight.shape[0])
+    return nn.functional.linear(x, weight, bias)
+
+
+def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`module(x)` for the model's linear layers, taking `_linear`'s fast path when the module is a plain
+    nn.Linear; quantized, adapted or hooked modules run as themselves."""
+    return _linear(x, module.weight, module.bias) if _is_plain_linear(module) else module(x)
+
+
 class VanillaTransformerAttention(nn.Module):
     """Multi-head attention, Section 3.2.2: Concat(head_1, ..., head_h) W^O with
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), h heads of size d_k (queries, keys) and d_v (values).
@@ -162,6 +198,33 @@ class VanillaTransformerAttention(nn.Module):
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
         return states.view(*states.shape[:-1], self.num_heads, head_dim).transpose(1, 2)
 
+    def _project_qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Q, K and V of self-attention: three projections of the same input."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        if not all(_is_plain_linear(p) for p in projections):
+            # Wrapped or hooked projections (quantization, adapters, hooks) must run as themselves.
+            return tuple(p(hidden_states) for p in projections)
+        # One GEMM against the stacked weights instead of three: one pass over the input, and in decoding one
+        # kernel call instead of three. Each output is the same dot product; the parameters stay three.
+        weight, bias = self._stacked_qkv_parameters()
+        fused = _linear(hidden_states, weight, bias)
+        return fused.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], -1)
+
+    def _stacked_qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        parameters = [t for p in (self.q_proj, self.k_proj, self.v_proj) for t in (p.weight, p.bias)]
+        if torch.is_grad_enabled() or is_torchdynamo_compiling():
+            # Training: stacked anew at every call (1.5 MB at base size, cheap next to the GEMM), so that
+            # gradients reach the separate parameters and every optimizer update is seen.
+            return torch.cat(parameters[0::2]), torch.cat(parameters[1::2])
+        # Inference: stacked once and reused while the parameters are unchanged (in-place updates bump
+        # `_version`; replacing or moving a parameter changes its `data_ptr`).
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in parameters)
+        cached = getattr(self, "_stacked_qkv", None)
+        if cached is None or cached[0] != key:
+            cached = (key, torch.cat(parameters[0::2]), torch.cat(parameters[1::2]))
+            self._stacked_qkv = cached
+        return cached[1], cached[2]
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -171,7 +234,11 @@ class VanillaTransformerAttention(nn.Module):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
-        query_states = self._split_heads(self.q_proj(hidden_states), self.d_k)
+        if is_cross_attention:
+            query_states = self._split_heads(project(self.q_proj, hidden_states), self.d_k)
+        else:
+            query, key, value = self._project_qkv(hidden_states)
+            query_states = self._split_heads(query, self.d_k)
 
         cache = past_key_values
         cross_kv_ready = False
@@ -186,9 +253,10 @@ class VanillaTransformerAttention(nn.Module):
             key_states = cache.layers[self.layer_idx].keys
             value_states = cache.layers[self.layer_idx].values
         else:
-            source = key_value_states if is_cross_attention else hidden_states
-            key_states = self._split_heads(self.k_proj(source), self.d_k)
-            value_states = self._split_heads(self.v_proj(source), self.d_v)
+            if is_cross_attention:
+                key, value = project(self.k_proj, key_value_states), project(self.v_proj, key_value_states)
+            key_states = self._split_heads(key, self.d_k)
+            value_states = self._split_heads(value, self.d_v)
             if cache is not None:
                 key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
                 if is_cross_attention:
@@ -208,7 +276,7 @@ class VanillaTransformerAttention(nn.Module):
             **kwargs,
         )
         attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
-        return self.out_proj(attn_output), attn_weights
+        return project(self.out_proj, attn_output), attn_weights
 
 
 class VanillaTransformerFeedForward(nn.Module):
@@ -222,11 +290,11 @@ class VanillaTransformerFeedForward(nn.Module):
         self.activation_dropout = config.activation_dropout
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = self.activation_fn(project(self.fc1, hidden_states))
         hidden_states = nn.functional.dropout(
             hidden_states, p=self.activation_dropout, training=self.training
         )
-        return self.fc2(hidden_states)
+        return project(self.fc2, hidden_states)
 
 
 def residual_dropout_norm(
@@ -561,6 +629,51 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
+# 128 rows x a 32k vocabulary in float32 is 16 MB: each chunk's passes stay in the L3 cache.
+_CROSS_ENTROPY_CHUNK_ROWS = 128
+
+
+class _SmoothedCrossEntropySum(torch.autograd.Function):
+    """Sum over labelled positions of the label-smoothed cross-entropy, with its gradient written directly.
+
+    Per position, with log-probabilities log p = log_softmax(z) of the V logits z and reference token y:
+        loss = -(1 - eps) log p_y - eps mean_j log p_j
+        d loss / d z = p - ((1 - eps) onehot(y) + eps / V)
+    torch's cross_entropy gives the same numbers through a dense one-hot gradient and a smoothing term,
+    each a pass over the tokens x vocabulary tensor, and keeps the log-probabilities alive until the
+    backward pass. Here nothing of that size is kept, the backward recomputes p and makes the gradient in
+    one pass, and rows go in chunks that stay in cache, in float32 whatever the logits' dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> torch.Tensor:
+        labelled = labels != -100
+        targets = labels.clamp_min(0)
+        losses = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        for start in range(0, logits.shape[0], _CROSS_ENTROPY_CHUNK_ROWS):
+            rows = slice(start, start + _CROSS_ENTROPY_CHUNK_ROWS)
+            log_probs = torch.log_softmax(logits[rows].float(), dim=-1)
+            nll = log_probs.gather(1, targets[rows, None]).squeeze(1).neg_()
+            losses[rows] = nll.mul_(1 - epsilon).sub_(log_probs.mean(-1), alpha=epsilon)
+        ctx.save_for_backward(logits, targets, labelled)
+        ctx.epsilon = epsilon
+        return torch.where(labelled, losses, 0.0).sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_total: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        logits, targets, labelled = ctx.saved_tensors
+        epsilon, vocab = ctx.epsilon, logits.shape[-1]
+        grad = torch.empty_like(logits)
+        scale = grad_total.float() * labelled.float()
+        for start in range(0, logits.shape[0], _CROSS_ENTROPY_CHUNK_ROWS):
+            rows = slice(start, start + _CROSS_ENTROPY_CHUNK_ROWS)
+            chunk = torch.softmax(logits[rows].float(), dim=-1).sub_(epsilon / vocab)
+            chunk.scatter_add_(1, targets[rows, None], chunk.new_full((chunk.shape[0], 1), epsilon - 1))
+            grad[rows] = chunk.mul_(scale[rows, None])
+        return grad, None, None
+
+
 def label_smoothed_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -572,14 +685,10 @@ def label_smoothed_cross_entropy(
     The target distribution puts 1 - epsilon on the reference token and spreads epsilon uniformly over
     the vocabulary. Positions labelled -100 are ignored. The sum is divided by `num_items_in_batch`
     when the Trainer passes it, so that gradient accumulation over micro-batches equals one big batch;
-    otherwise by this batch's count of labelled tokens.
+    otherwise by this batch's count of labelled tokens. Computed in float32 (see `_SmoothedCrossEntropySum`).
     """
-    loss = nn.functional.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]),
-        labels.reshape(-1),
-        ignore_index=-100,
-        label_smoothing=epsilon,
-        reduction="sum",
+    loss = _SmoothedCrossEntropySum.apply(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), float(epsilon)
     )
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum()
@@ -687,9 +796,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
+        logits = project(self.lm_head, outputs.last_hidden_state)
         if self.config.output_bias:
-            logits = logits + self.final_logits_bias.to(logits.dtype)
+            # In place: the logits are the largest tensor of the model (tokens x vocabulary), and the matmul
+            # that made them does not need them for its backward pass.
+            logits += self.final_logits_bias.to(logits.dtype)
 
         loss = None
         if labels is not None:
@@ -707,6 +818,25 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
+
+    def resize_token_embeddings(
+        self,
+        new_num_tokens: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        mean_resizing: bool = True,
+    ) -> nn.Embedding:
+        """Resize the shared vocabulary, and with it the target-side size and the logits bias."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if not self.config.share_encoder_decoder_embeddings:
+            return embeddings
+        size = embeddings.weight.shape[0]
+        self.config.decoder_vocab_size = size
+        if self.config.output_bias:
+            old = self.final_logits_bias
+            bias = old.new_zeros(1, size)
+            bias[:, : min(size, old.shape[1])] = old[:, :size]
+            self.final_logits_bias = bias
+        return embeddings
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -755,6 +885,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             return super().generate(inputs, generation_config, logits_processor=logits_processor, **kwargs)
         finally:
             self._gnmt_length_penalty = False
+
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's per-step reordering of the cache. It only permutes the beams of each input among
+        themselves, and all beams of an input hold the same encoder output, so the cross-attention keys
+        and values need no reordering: only the self-attention cache is (saving 2 x layers copies/step)."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     # transformers' beam search divides a hypothesis' log-probability by length ** length_penalty, and
     # these two hooks are where it does. For the GNMT penalty they pass a length L' with
