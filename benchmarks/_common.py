@@ -1,0 +1,199 @@
+"""Shared pieces of the benchmarks: model sizes, the Marian/ours model pair, GEMM peaks, paired timing.
+
+Every comparison is a paired ratio measured in one process, with the two models run back to back in
+alternating order: on a machine shared with other jobs, absolute times drift by 2x between minutes,
+but the ratio of two runs a few seconds apart does not.
+"""
+
+import ctypes
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from transformers import MarianConfig, MarianMTModel
+
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.conversion import convert_marian
+
+
+@dataclass(frozen=True)
+class Size:
+    d_model: int
+    layers: int
+    heads: int
+    ffn: int
+    vocab: int
+
+
+EOS, UNK = 0, 1
+# Token ids that random inputs and labels are drawn from: no special tokens.
+FIRST_ORDINARY = 2
+
+SIZES = {
+    # The paper's base model (Table 3) with a 32k vocabulary, as in the issue's baseline.
+    "base": Size(512, 6, 8, 2048, 32000),
+    # The cpu-demo preset of hf_vanilla_transformer.training.
+    "small": Size(256, 3, 4, 1024, 8000),
+    # For --quick runs and the test suite: seconds, not minutes.
+    "tiny": Size(64, 2, 4, 128, 1000),
+}
+
+
+def marian_config(size: Size, dropout: float = 0.1) -> MarianConfig:
+    return MarianConfig(
+        vocab_size=size.vocab,
+        decoder_vocab_size=size.vocab,
+        d_model=size.d_model,
+        encoder_layers=size.layers,
+        decoder_layers=size.layers,
+        encoder_attention_heads=size.heads,
+        decoder_attention_heads=size.heads,
+        encoder_ffn_dim=size.ffn,
+        decoder_ffn_dim=size.ffn,
+        activation_function="relu",  # Eq. 2 of the paper
+        dropout=dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=512,
+        init_std=size.d_model**-0.5,  # our initialisation (and the paper's codebases'): logits of unit scale
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        # opus-mt's convention, which CTranslate2's Marian converter assumes: </s> = 0, <unk> = 1, and the
+        # decoder starts from <pad>, the last token, whose embedding is zero.
+        eos_token_id=EOS,
+        bos_token_id=None,
+        pad_token_id=size.vocab - 1,
+        decoder_start_token_id=size.vocab - 1,
+        forced_eos_token_id=None,
+    )
+
+
+def model_pair(
+    size: Size, seed: int = 0, dropout: float = 0.1, attn: str = "sdpa"
+) -> tuple[MarianMTModel, VanillaTransformerForConditionalGeneration]:
+    """A randomly initialised MarianMTModel and our model converted from it: the same weights."""
+    torch.manual_seed(seed)
+    marian = MarianMTModel(marian_config(size, dropout))
+    with torch.no_grad():
+        marian.final_logits_bias.normal_(std=0.01)  # non-zero, so that both models must apply it
+        # <pad> is never an output (CTranslate2's Marian converter drops it from the vocabulary).
+        marian.final_logits_bias[0, -1] = -1e4
+        marian.model.shared.weight[-1].zero_()
+    ours = convert_marian(marian)
+    marian.set_attn_implementation(attn)
+    ours.set_attn_implementation(attn)
+    return marian, ours
+
+
+def paired_ratios(times: dict[str, list[float]], reference: str) -> dict[str, float]:
+    """Median over repeats of t(reference) / t(other): > 1 means `other` is faster."""
+    return {
+        name: statistics.median(r / t for r, t in zip(times[reference], values))
+        for name, values in times.items()
+    }
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def gemm_peaks(repeats: int = 5, m: int = 4096, k: int = 512, n: int = 2048) -> dict[str, float]:
+    """Best-of GFLOP/s of one (m x k) @ (k x n) product: fp32 through torch's default (MKL), fp32 through
+    oneDNN, and bf16 (oneDNN with AVX-512 BF16 where the CPU has it). MFU is quoted against these."""
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    xb, wb = x.bfloat16(), w.bfloat16()
+    paths: dict[str, Callable[[], object]] = {
+        "fp32_default": lambda: torch.nn.functional.linear(x, w),
+        "fp32_onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
+        "bf16": lambda: torch.nn.functional.linear(xb, wb),
+    }
+    flops = 2 * m * k * n
+    best = {name: 0.0 for name in paths}
+    for fn in paths.values():
+        fn()
+    for _ in range(repeats):
+        for name, fn in paths.items():
+            best[name] = max(best[name], flops / timed(fn) / 1e9)
+    return best
+
+
+class PeakRSS:
+    """Peak resident memory while the block runs, sampled by a thread, relative to the start.
+
+    Both models live in one process, so the absolute RSS counts both; the growth during one training step
+    (activations, gradients, temporaries) is what differs between them. `malloc_trim` first returns freed
+    pages to the OS, so that the baseline is not inflated by the previous model's step.
+    """
+
+    def __init__(self, interval: float = 0.002) -> None:
+        self.interval = interval
+        self.peak_delta = 0
+        self.start_rss = 0
+
+    @staticmethod
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "PeakRSS":
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+        self.start_rss = self.peak = self.rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.rss())
+        self.peak_delta = self.peak - self.start_rss
+
+
+def machine_line() -> dict[str, str]:
+    model = platform.processor()
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line)
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        pass
+    import transformers
+
+    return {
+        "cpu": model,
+        "cores": str(os.cpu_count()),
+        "torch_threads": str(torch.get_num_threads()),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_average": " ".join(f"{v:.1f}" for v in os.getloadavg()),
+    }
+
+
+def size_dict(size: Size) -> dict[str, int]:
+    return asdict(size)
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [" | ".join(str(c).ljust(w) for c, w in zip(header, widths))]
+    lines.append("-|-".join("-" * w for w in widths))
+    lines += [" | ".join(str(c).ljust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)

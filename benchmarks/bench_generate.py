@@ -1,0 +1,253 @@
+"""Decoding throughput: our model against transformers' MarianMTModel (and CTranslate2) on the same weights.
+
+    python benchmarks/bench_generate.py                     # base and small, beam 4 and greedy (~10 min)
+    python benchmarks/bench_generate.py --sizes base --searches beam4 --repeats 5
+    python benchmarks/bench_generate.py --quick             # tiny dims, seconds: what the tests run
+
+Ours is converted from a random MarianMTModel (`convert_marian`), so both hold the same weights; before
+any timing, both decode the benchmark batch in fp32 and their outputs must be identical token for token
+(the run stops otherwise). Every output is forced to `--new-tokens` tokens (min = max), so that both do
+the same work. Each round runs every engine once in alternating order; a speed-up is the median over
+rounds of t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
+
+CTranslate2, when installed (`pip install ctranslate2`, or the `bench` extra), is converted from the same
+Marian model and run as a third column in float32 and int8; its outputs are compared with Marian's but
+not required to match (different kernels). `--int8` adds ours with torch's dynamic int8 quantization of
+the linear layers, with its agreement with the fp32 outputs as token accuracy and BLEU.
+"""
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    EOS,
+    FIRST_ORDINARY,
+    SIZES,
+    Size,
+    format_table,
+    machine_line,
+    model_pair,
+    size_dict,
+    timed,
+)
+
+SEARCHES = {"beam4": 4, "greedy": 1}
+
+
+def source_batch(size: Size, batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(FIRST_ORDINARY, size.vocab - 1, (batch, length), generator=generator)
+    ids[:, -1] = EOS
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def hf_generate(model: torch.nn.Module, inputs: dict, beams: int, new_tokens: int) -> torch.Tensor:
+    return model.generate(
+        **inputs,
+        num_beams=beams,
+        do_sample=False,
+        min_new_tokens=new_tokens,
+        max_new_tokens=new_tokens,
+        **({"early_stopping": True, "length_penalty": 1.0} if beams > 1 else {}),
+    )
+
+
+class CTranslate2Engine:
+    """The Marian model converted by CTranslate2's own Marian loader, with token names as vocabulary."""
+
+    def __init__(self, marian: torch.nn.Module, compute_type: str, workdir: Path) -> None:
+        import ctranslate2
+        from ctranslate2.converters import Converter
+        from ctranslate2.converters.transformers import MarianMTLoader
+
+        vocab = marian.config.vocab_size
+        names = ["</s>", "<unk>", *(f"t{i}" for i in range(2, vocab - 1)), "<pad>"]
+
+        class Vocabulary:  # what the loader reads from a tokenizer
+            eos_token, unk_token = "</s>", "<unk>"
+
+            @staticmethod
+            def get_vocab() -> dict[str, int]:
+                return {name: i for i, name in enumerate(names)}
+
+        # A copy: quantizing the spec rewrites the weight tensors it was given in place.
+        spec = MarianMTLoader()(copy.deepcopy(marian).float().eval(), Vocabulary)
+
+        class FromSpec(Converter):
+            def _load(self):  # noqa: ANN202
+                return spec
+
+        path = workdir / compute_type
+        quantization = None if compute_type == "float32" else compute_type
+        FromSpec().convert(str(path), quantization=quantization, force=True)
+        self.names = names
+        self.index = {name: i for i, name in enumerate(names)}
+        self.translator = ctranslate2.Translator(
+            str(path), device="cpu", compute_type=compute_type, intra_threads=torch.get_num_threads()
+        )
+
+    def generate(self, inputs: dict, beams: int, new_tokens: int) -> list[list[int]]:
+        tokens = [[self.names[i] for i in row] for row in inputs["input_ids"].tolist()]
+        results = self.translator.translate_batch(
+            tokens,
+            beam_size=beams,
+            min_decoding_length=new_tokens,
+            max_decoding_length=new_tokens,
+            length_penalty=1.0,
+            max_batch_size=0,
+        )
+        return [[self.index[t] for t in r.hypotheses[0]] for r in results]
+
+
+def sequences_of(output: torch.Tensor | list[list[int]]) -> list[list[int]]:
+    """Generated ids without the decoder start token (HF includes it, CTranslate2 does not)."""
+    if isinstance(output, torch.Tensor):
+        return output[:, 1:].tolist()
+    return output
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> dict[str, float]:
+    """Share of identical sentences and of identical tokens, and BLEU of `b` against `a` as reference."""
+    same_sentences = sum(x == y for x, y in zip(a, b)) / len(a)
+    pairs = [(s, t) for x, y in zip(a, b) for s, t in zip(x, y)]
+    same_tokens = sum(s == t for s, t in pairs) / max(1, len(pairs))
+    result = {"identical_sentences": same_sentences, "identical_tokens": same_tokens}
+    try:
+        import sacrebleu
+
+        hyps = [" ".join(map(str, y)) for y in b]
+        refs = [[" ".join(map(str, x)) for x in a]]
+        result["bleu_vs_reference"] = sacrebleu.corpus_bleu(hyps, refs, tokenize="none").score
+    except ImportError:
+        pass
+    return result
+
+
+def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -> dict:
+    marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
+    marian.eval()
+    ours.eval()
+    inputs = source_batch(size, args.batch, args.src_len)
+    engines: dict[str, Callable[[int], object]] = {
+        "marian": lambda beams: hf_generate(marian, inputs, beams, args.new_tokens),
+        "ours": lambda beams: hf_generate(ours, inputs, beams, args.new_tokens),
+    }
+    notes = []
+    if args.int8:
+        quantized = torch.ao.quantization.quantize_dynamic(ours, {torch.nn.Linear}, dtype=torch.qint8)
+        engines["ours-int8"] = lambda beams: hf_generate(quantized, inputs, beams, args.new_tokens)
+    if not args.no_ctranslate2:
+        try:
+            for compute_type in ("float32", "int8"):
+                engine = CTranslate2Engine(marian, compute_type, workdir / name)
+                engines[f"ct2-{compute_type}"] = (
+                    lambda beams, e=engine: e.generate(inputs, beams, args.new_tokens)  # noqa: B008
+                )
+        except ImportError:
+            notes.append("CTranslate2 is not installed: its columns are skipped (pip install ctranslate2).")
+            print(notes[-1], file=sys.stderr)
+
+    searches = {}
+    for search in args.searches:
+        beams = SEARCHES[search]
+        outputs = {engine: sequences_of(fn(beams)) for engine, fn in engines.items()}  # also warms up
+        reference = outputs["marian"]
+        identical = outputs["ours"] == reference
+        if not identical:
+            raise SystemExit(f"[{name} {search}] ours and Marian decode differently in fp32: not timing.")
+        checks = {engine: agreement(reference, out) for engine, out in outputs.items() if engine != "marian"}
+        if "ours-int8" in outputs:
+            checks["ours-int8"] = agreement(outputs["ours"], outputs["ours-int8"])
+
+        times: dict[str, list[float]] = {engine: [] for engine in engines}
+        for round_ in range(args.repeats):
+            order = list(engines) if round_ % 2 == 0 else list(engines)[::-1]
+            for engine in order:
+                times[engine].append(timed(lambda e=engine: engines[e](beams)))  # noqa: B023
+            print(f"  [{name} {search}] round {round_ + 1}/{args.repeats} done", file=sys.stderr)
+        tokens = args.batch * args.new_tokens
+        rows = {}
+        for engine, t in times.items():
+            rows[engine] = {
+                "seconds": t,
+                "tokens_per_s": tokens / statistics.median(t),
+                "speedup_vs_marian": statistics.median(m / e for m, e in zip(times["marian"], t)),
+                **checks.get(engine, {}),
+            }
+        searches[search] = {"outputs_identical_fp32": identical, "engines": rows}
+    return {
+        "size": size_dict(size),
+        "batch": args.batch,
+        "src_len": args.src_len,
+        "new_tokens": args.new_tokens,
+        "searches": searches,
+        "notes": notes,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", nargs="+", default=["base", "small"], choices=sorted(SIZES))
+    parser.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--src-len", type=int, default=24)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    parser.add_argument("--int8", action="store_true", help="also ours with dynamic int8 linear layers")
+    parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="tiny dims, one repeat: a smoke test")
+    parser.add_argument("--output", default="benchmarks/results_generate.json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.batch, args.src_len, args.new_tokens, args.repeats = ["tiny"], 4, 8, 8, 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    result: dict = {"machine": machine_line(), "args": vars(args), "sizes": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.sizes:
+            result["sizes"][name] = bench_size(name, SIZES[name], args, Path(tmp))
+
+    header = ["size", "search", "engine", "tok/s", "x Marian", "identical sentences", "BLEU vs ref"]
+    rows = []
+    for name, data in result["sizes"].items():
+        for search, s in data["searches"].items():
+            for engine, row in s["engines"].items():
+                rows.append(
+                    [
+                        name,
+                        search,
+                        engine,
+                        f"{row['tokens_per_s']:.0f}",
+                        f"{row['speedup_vs_marian']:.2f}",
+                        f"{100 * row['identical_sentences']:.0f}%"
+                        if "identical_sentences" in row
+                        else "(ref)",
+                        f"{row['bleu_vs_reference']:.1f}" if "bleu_vs_reference" in row else "",
+                    ]
+                )
+    print(format_table(header, rows))
+    ok = all(s["outputs_identical_fp32"] for d in result["sizes"].values() for s in d["searches"].values())
+    result["outputs_identical_fp32"] = ok
+    print(f"ours and Marian outputs identical in fp32: {ok}")
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.output}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

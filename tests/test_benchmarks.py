@@ -1,0 +1,52 @@
+"""The benchmark scripts run end to end (--quick, tiny dims) and their correctness checks pass.
+
+Timings are not asserted: they mean nothing on a shared test machine at tiny dims.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT
+
+SCRIPTS = REPO_ROOT / "benchmarks"
+
+
+def run(script: str, tmp_path, *extra: str) -> dict:
+    output = tmp_path / f"{script}.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / script), "--quick", "--output", str(output), *extra],
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(output.read_text())
+
+
+@pytest.mark.slow
+def test_bench_generate_quick_outputs_identical(tmp_path):
+    result = run("bench_generate.py", tmp_path, "--int8")
+    assert result["outputs_identical_fp32"] is True
+    searches = result["sizes"]["tiny"]["searches"]
+    assert set(searches) == {"beam4", "greedy"}
+    for search in searches.values():
+        assert search["outputs_identical_fp32"] is True
+        engines = search["engines"]
+        assert engines["ours"]["identical_sentences"] == 1.0
+        assert all(row["tokens_per_s"] > 0 for row in engines.values())
+
+
+@pytest.mark.slow
+def test_bench_train_quick_runs_and_loss_curves_match(tmp_path):
+    result = run("bench_train.py", tmp_path, "--loss-curve", "1")
+    rows = result["sizes"]["tiny"]["rows"]
+    assert {(r["model"], r["mode"]) for r in rows} >= {("marian", "fp32-eager"), ("ours", "fp32-eager")}
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+    summary = result["loss_curve"]["summary"]
+    # Same weights, batches and dropout masks: fp32 losses agree to rounding.
+    assert summary["ours fp32-eager"]["max_abs_diff_vs_marian"] < 1e-3
+    assert result["loss_curve"]["finite"]
