@@ -423,6 +423,9 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     accumulation = _accumulation_steps(recipe, state.num_processes)
     # An explicit --bf16 / --no-bf16 wins; a preset's bf16 applies only where it is fast.
     use_bf16 = settings.bf16 if settings.bf16 is not None else recipe.bf16 and _bf16_is_fast()
+    if use_bf16 and not torch.cuda.is_available():
+        # On CPU, SDPA's bf16 backward is several times slower than the eager path (benchmarks/RESULTS.md).
+        model.set_attn_implementation("eager")
     args = Seq2SeqTrainingArguments(
         output_dir=str(output_dir),
         max_steps=recipe.max_steps,
@@ -535,10 +538,10 @@ def _print_summary(results: dict[str, Any]) -> None:
         f"steps {results['steps']}  |  {results['train_seconds']} s of training  |  "
         f"{results['target_tokens_per_second']} target tokens/s",
     ]
-    if "dev_loss" in results:
-        lines.append(f"dev loss {results['dev_loss']}  |  dev BLEU {results['dev_bleu']:.2f}")
-    elif "dev_bleu" in results:
-        lines.append(f"dev BLEU {results['dev_bleu']:.2f}")
+    dev = [f"dev loss {results['dev_loss']}"] if "dev_loss" in results else []
+    dev += [f"dev BLEU {results['dev_bleu']:.2f}"] if "dev_bleu" in results else []
+    if dev:
+        lines.append("  |  ".join(dev))
     if "bleu" in results:
         lines.append(f"test BLEU {results['bleu']:.2f}  ({results['test_set']})  {results['bleu_signature']}")
     for sample in results.get("samples", [])[:3]:
