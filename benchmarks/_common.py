@@ -5,6 +5,7 @@ alternating order: on a machine shared with other jobs, absolute times drift by 
 but the ratio of two runs a few seconds apart does not.
 """
 
+import argparse
 import ctypes
 import datetime
 import os
@@ -21,6 +22,18 @@ from transformers import MarianConfig, MarianMTModel
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.conversion import convert_marian
+
+
+def benchmark_parser(doc: str | None, batch: int) -> argparse.ArgumentParser:
+    """The options both benchmarks take; each adds its own."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", default=["base", "small"], choices=sorted(SIZES))
+    parser.add_argument("--batch", type=int, default=batch)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="tiny dims, one repeat: a smoke test")
+    return parser
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from _common import (  # noqa: E402
     FIRST_ORDINARY,
     SIZES,
     Size,
+    benchmark_parser,
     format_table,
     machine_line,
     model_pair,
@@ -195,20 +196,12 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sizes", nargs="+", default=["base", "small"], choices=sorted(SIZES))
+    parser = benchmark_parser(__doc__, batch=32)
     parser.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
-    parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--src-len", type=int, default=24)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     parser.add_argument("--int8", action="store_true", help="also ours with dynamic int8 linear layers")
     parser.add_argument("--no-ctranslate2", action="store_true")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--quick", action="store_true", help="tiny dims, one repeat: a smoke test")
     parser.add_argument("--output", default="benchmarks/results_generate.json")
     args = parser.parse_args(argv)
     if args.quick:

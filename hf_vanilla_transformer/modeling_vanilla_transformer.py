@@ -18,7 +18,8 @@ weights for `trust_remote_code=True` users, so it imports the package only relat
 
 import math
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -135,26 +136,51 @@ def _is_plain_linear(module: nn.Module) -> bool:
     return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
 
 
-# Inference in float32 on x86 CPUs runs the projections through oneDNN rather than torch's default GEMM
-# (MKL), which on AMD CPUs takes its AVX2 path: at decoding's few rows per step oneDNN is about twice as
-# fast (benchmarks/RESULTS.md). Same float32 arithmetic, rounded in a different order. False turns it off.
-ONEDNN_FP32_INFERENCE = torch.backends.mkldnn.is_available() and platform.machine().lower() in (
-    "x86_64",
-    "amd64",
-)
+# Float32 on x86 CPUs runs the projections through oneDNN rather than torch's default GEMM (MKL), which on
+# AMD CPUs takes its AVX2 path: decoding 1.1x-2x faster, a float32 training step 1.15x-1.25x
+# (benchmarks/RESULTS.md). Same float32 arithmetic, summed in another order. False turns it off.
+ONEDNN_FP32 = torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64")
+
+
+def _onednn_linear(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """rows W^T + b with oneDNN products forward and backward (torch has no oneDNN float32 autograd path)."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(rows, weight)
+        ctx.has_bias = bias is not None
+        return _onednn_linear(rows, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_rows = _onednn_linear(grad, weight.t().contiguous(), None) if ctx.needs_input_grad[0] else None
+        grad_weight = grad.t().mm(rows) if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_rows, grad_weight, grad_bias
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x W^T + b, through oneDNN when that is faster and no gradient is needed (see ONEDNN_FP32_INFERENCE)."""
+    """x W^T + b, through oneDNN in float32 on x86 CPUs (see ONEDNN_FP32). Autocast and torch.compile
+    make their own choices, so they take nn.functional.linear."""
     if (
-        ONEDNN_FP32_INFERENCE
-        and not torch.is_grad_enabled()
+        ONEDNN_FP32
         and x.dtype == weight.dtype == torch.float32
         and x.device.type == "cpu"
+        and not torch.is_autocast_enabled("cpu")
         and not is_torchdynamo_compiling()
     ):
         rows = x.reshape(-1, x.shape[-1])
-        out = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+        needs_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (x, weight, bias)
+        )
+        out = _OneDNNLinear.apply(rows, weight, bias) if needs_grad else _onednn_linear(rows, weight, bias)
         return out.view(*x.shape[:-1], weight.shape[0])
     return nn.functional.linear(x, weight, bias)
 
@@ -194,6 +220,8 @@ class VanillaTransformerAttention(nn.Module):
         self.k_proj = nn.Linear(config.d_model, num_heads * self.d_k)
         self.v_proj = nn.Linear(config.d_model, num_heads * self.d_v)
         self.out_proj = nn.Linear(num_heads * self.d_v, config.d_model)
+        # None: stack at every call; () or the stacked pair: reuse within a generate() call.
+        self._stacked_qkv: tuple[torch.Tensor, ...] | None = None
 
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
         return states.view(*states.shape[:-1], self.num_heads, head_dim).transpose(1, 2)
@@ -211,19 +239,19 @@ class VanillaTransformerAttention(nn.Module):
         return fused.split([self.q_proj.out_features, self.k_proj.out_features, self.v_proj.out_features], -1)
 
     def _stacked_qkv_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
-        parameters = [t for p in (self.q_proj, self.k_proj, self.v_proj) for t in (p.weight, p.bias)]
-        if torch.is_grad_enabled() or is_torchdynamo_compiling():
-            # Training: stacked anew at every call (1.5 MB at base size, cheap next to the GEMM), so that
-            # gradients reach the separate parameters and every optimizer update is seen.
-            return torch.cat(parameters[0::2]), torch.cat(parameters[1::2])
-        # Inference: stacked once and reused while the parameters are unchanged (in-place updates bump
-        # `_version`; replacing or moving a parameter changes its `data_ptr`).
-        key = tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in parameters)
-        cached = getattr(self, "_stacked_qkv", None)
-        if cached is None or cached[0] != key:
-            cached = (key, torch.cat(parameters[0::2]), torch.cat(parameters[1::2]))
-            self._stacked_qkv = cached
-        return cached[1], cached[2]
+        """The stacked weights and biases: made anew at every call (1.5 MB at base size, cheap next to the
+        GEMM), so that gradients reach the separate parameters and every update is seen, except within
+        one generate() call, where the parameters are fixed and decoding steps reuse them (see
+        `_stacked_qkv_reused`)."""
+        if self._stacked_qkv is not None and not torch.is_grad_enabled() and not is_torchdynamo_compiling():
+            if not self._stacked_qkv:
+                self._stacked_qkv = self._stack_qkv()
+            return self._stacked_qkv
+        return self._stack_qkv()
+
+    def _stack_qkv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        return torch.cat([p.weight for p in projections]), torch.cat([p.bias for p in projections])
 
     def forward(
         self,
@@ -277,6 +305,21 @@ class VanillaTransformerAttention(nn.Module):
         )
         attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
         return project(self.out_proj, attn_output), attn_weights
+
+
+@contextmanager
+def _stacked_qkv_reused(model: nn.Module) -> Iterator[None]:
+    """Within one generate() call each self-attention stacks its Q/K/V parameters once, not at every
+    decoding step. Nothing outlives the call: fused optimizers update parameters in place without bumping
+    their version counters, so no cache key could tell that a stack kept across calls had gone stale."""
+    attentions = [m for m in model.modules() if isinstance(m, VanillaTransformerAttention)]
+    for attention in attentions:
+        attention._stacked_qkv = ()
+    try:
+        yield
+    finally:
+        for attention in attentions:
+            attention._stacked_qkv = None
 
 
 class VanillaTransformerFeedForward(nn.Module):
@@ -419,7 +462,30 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.zeros_(module.final_logits_bias)
 
 
-class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
+class _VanillaTransformerStack(VanillaTransformerPreTrainedModel):
+    """What the encoder and decoder stacks share: N identical layers over the token embeddings scaled
+    by sqrt(d_model) (Section 3.4) plus the positional encodings, with dropout on the sum (Section 5.4)."""
+
+    def __init__(
+        self, config: VanillaTransformerConfig, vocab_size: int, layer_class: type[nn.Module], num_layers: int
+    ) -> None:
+        super().__init__(config)
+        self.dropout = config.dropout
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_tokens = nn.Embedding(vocab_size, config.d_model, config.pad_token_id)
+        self.embed_positions = VanillaTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(num_layers)])
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def add_positions(self, inputs_embeds: torch.Tensor, past_length: int = 0) -> torch.Tensor:
+        """The scaled embeddings plus the encodings of their positions, after dropout."""
+        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length
+        hidden_states = inputs_embeds + self.embed_positions(position_ids)
+        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+
+class VanillaTransformerEncoder(_VanillaTransformerStack):
     """The encoder stack: N identical layers over the scaled embeddings plus positions (Section 3.1)."""
 
     _can_record_outputs = {
@@ -428,16 +494,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
-        super().__init__(config)
-        self.dropout = config.dropout
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = VanillaTransformerPositionalEncoding(config)
-        self.layers = nn.ModuleList(
-            [VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
-        )
-        self.gradient_checkpointing = False
-        self.post_init()
+        super().__init__(config, config.vocab_size, VanillaTransformerEncoderLayer, config.encoder_layers)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -452,10 +509,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale
-        position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
-        hidden_states = inputs_embeds + self.embed_positions(position_ids)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-
+        hidden_states = self.add_positions(inputs_embeds)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
@@ -464,7 +518,7 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
+class VanillaTransformerDecoder(_VanillaTransformerStack):
     """The decoder stack: N identical layers, masked so that position i attends only to positions
     before it (Section 3.1), over the scaled target embeddings plus positions."""
 
@@ -475,16 +529,9 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     }
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
-        super().__init__(config)
-        self.dropout = config.dropout
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
-        self.embed_positions = VanillaTransformerPositionalEncoding(config)
-        self.layers = nn.ModuleList(
-            [VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        super().__init__(
+            config, config.decoder_vocab_size, VanillaTransformerDecoderLayer, config.decoder_layers
         )
-        self.gradient_checkpointing = False
-        self.post_init()
 
     @merge_with_config_defaults
     @capture_outputs
@@ -510,7 +557,6 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             )
         batch_size, seq_length = inputs_embeds.shape[:2]
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        position_ids = torch.arange(seq_length, device=inputs_embeds.device) + past_length
 
         if attention_mask is None and not is_torchdynamo_compiling():
             attention_mask = torch.ones(batch_size, past_length + seq_length, device=inputs_embeds.device)
@@ -532,8 +578,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
             encoder_hidden_states=encoder_hidden_states,
         )
 
-        hidden_states = inputs_embeds + self.embed_positions(position_ids)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = self.add_positions(inputs_embeds, past_length)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
@@ -882,7 +927,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             kwargs["max_new_tokens"] = int(limits.max()) + 1
         self._gnmt_length_penalty = penalty_type == "gnmt"
         try:
-            return super().generate(inputs, generation_config, logits_processor=logits_processor, **kwargs)
+            with _stacked_qkv_reused(self):
+                return super().generate(
+                    inputs, generation_config, logits_processor=logits_processor, **kwargs
+                )
         finally:
             self._gnmt_length_penalty = False
 

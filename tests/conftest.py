@@ -21,6 +21,17 @@ from hf_vanilla_transformer import (  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# The dimensions of the tiny transformers reference models (Marian, FSMT) the tests compare against.
+TINY_REFERENCE_DIMS = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+)
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:

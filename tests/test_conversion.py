@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_REFERENCE_DIMS
 from test_marian_reference import random_marian
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, FSMTConfig, FSMTForConditionalGeneration
 
@@ -178,14 +179,7 @@ def random_fsmt(shared: bool = False, seed: int = 0) -> FSMTForConditionalGenera
     )
     config = FSMTConfig(
         langs=["en", "de"],
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
+        **TINY_REFERENCE_DIMS,
         tie_word_embeddings=shared,
         **vocab,
     )

@@ -3,6 +3,7 @@ with the same weights our model must compute the same logits and the same beam-s
 
 import pytest
 import torch
+from conftest import TINY_REFERENCE_DIMS
 from transformers import MarianConfig, MarianMTModel
 
 from hf_vanilla_transformer.conversion import convert_marian
@@ -11,14 +12,7 @@ from hf_vanilla_transformer.conversion import convert_marian
 def random_marian(activation: str = "swish", seed: int = 0) -> MarianMTModel:
     config = MarianConfig(
         vocab_size=96,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
+        **TINY_REFERENCE_DIMS,
         activation_function=activation,
         scale_embedding=True,
         pad_token_id=95,

@@ -7,6 +7,7 @@ import torch
 from conftest import tiny_model
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
+from hf_vanilla_transformer import modeling_vanilla_transformer as modeling
 from hf_vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy
 
 BOS, PAD, EOS = 0, 1, 2
@@ -353,3 +354,84 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     assert ffn_calls == [1, 2]  # checkpointing recomputes the layer in the backward pass
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
+
+
+def _grad_fn_names(output: torch.Tensor) -> set[str]:
+    seen, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
+@pytest.mark.skipif(not modeling.ONEDNN_FP32, reason="the oneDNN float32 path is taken on x86 CPUs only")
+@pytest.mark.parametrize("bias", [True, False])
+def test_onednn_linear_matches_torch_forward_and_backward(bias):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 16, generator=generator, requires_grad=True)
+    weight = torch.randn(24, 16, generator=generator, requires_grad=True)
+    b = torch.randn(24, generator=generator, requires_grad=True) if bias else None
+    out = modeling._linear(x, weight, b)
+    assert "_OneDNNLinearBackward" in _grad_fn_names(out)
+    upstream = torch.randn(out.shape, generator=generator)
+    out.backward(upstream)
+    reference = [t.detach().clone().requires_grad_() for t in (x, weight, b) if t is not None]
+    expected = torch.nn.functional.linear(*reference[:2], reference[2] if bias else None)
+    expected.backward(upstream)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for ours, theirs in zip([t for t in (x, weight, b) if t is not None], reference):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not modeling.ONEDNN_FP32, reason="the oneDNN float32 path is taken on x86 CPUs only")
+def test_onednn_training_step_equals_torch_linear(monkeypatch):
+    """A float32 training step through oneDNN gives torch's loss and gradients; autocast is left alone."""
+    src, tgt = random_batch()
+
+    def loss_and_grads(use_onednn: bool):
+        monkeypatch.setattr(modeling, "ONEDNN_FP32", use_onednn)
+        model = tiny_model(seed=3).train()
+        torch.manual_seed(7)  # the same dropout masks
+        loss = model(input_ids=src, labels=tgt).loss
+        loss.backward()
+        return loss, {name: p.grad for name, p in model.named_parameters()}, _grad_fn_names(loss)
+
+    loss, grads, names = loss_and_grads(True)
+    expected_loss, expected_grads, expected_names = loss_and_grads(False)
+    assert "_OneDNNLinearBackward" in names and "_OneDNNLinearBackward" not in expected_names
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+    monkeypatch.setattr(modeling, "ONEDNN_FP32", True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 autocast still computes in bf16
+        assert modeling._linear(torch.randn(2, 8), torch.randn(4, 8), None).dtype == torch.bfloat16
+
+
+def test_inference_sees_updates_that_leave_version_counters_alone():
+    """Fused optimizers update parameters in place without bumping their `_version`: no stacked Q/K/V
+    weights (or anything else) may be kept from one inference call to the next."""
+    src, tgt = random_batch()
+    model = tiny_model().eval()
+    with torch.no_grad():
+        model(input_ids=src, decoder_input_ids=tgt)
+    model.generate(src, num_beams=2, max_new_tokens=5)
+    model.train()
+    model(input_ids=src, labels=tgt).loss.backward()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=True)
+    versions = [p._version for p in model.parameters()]
+    optimizer.step()
+    assert versions == [p._version for p in model.parameters()]  # the case this test is about
+    model.eval()
+    fresh = tiny_model().eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(input_ids=src, decoder_input_ids=tgt).logits,
+            fresh(input_ids=src, decoder_input_ids=tgt).logits,
+        )
+    assert torch.equal(
+        model.generate(src, num_beams=2, max_new_tokens=5), fresh.generate(src, num_beams=2, max_new_tokens=5)
+    )

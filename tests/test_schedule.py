@@ -94,3 +94,23 @@ def test_schedule_rejects_zero_base_lr():
     optimizer = torch.optim.Adam(nn.Linear(2, 2).parameters(), lr=0.0)
     with pytest.raises(ValueError, match="param group 0 has lr 0.0"):
         get_noam_schedule(optimizer, d_model=16, warmup_steps=5)
+
+
+def test_paper_optimizer_updates_follow_adam():
+    """The (fused) optimizer's updates equal Adam's rule written out (Kingma and Ba, Algorithm 1) with the
+    paper's beta1 = 0.9, beta2 = 0.98, epsilon = 1e-9."""
+    torch.manual_seed(0)
+    parameter = nn.Parameter(torch.randn(5, dtype=torch.float64))
+    optimizer = build_paper_optimizer(nn.ParameterList([parameter]), lr=0.01)
+    expected = parameter.detach().clone()
+    m = torch.zeros_like(expected)
+    v = torch.zeros_like(expected)
+    for t in range(1, 5):
+        grad = torch.randn(5, dtype=torch.float64)
+        parameter.grad = grad.clone()
+        optimizer.step()
+        m = 0.9 * m + 0.1 * grad
+        v = 0.98 * v + 0.02 * grad**2
+        m_hat, v_hat = m / (1 - 0.9**t), v / (1 - 0.98**t)
+        expected -= 0.01 * m_hat / (v_hat.sqrt() + 1e-9)
+        torch.testing.assert_close(parameter.detach(), expected, rtol=1e-12, atol=1e-12)
