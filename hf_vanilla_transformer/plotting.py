@@ -3,6 +3,7 @@
 - `plot_positional_encoding`: the sinusoid matrix of Section 3.5 (50 positions x 128 dimensions, as the
   tutorial draws it).
 - `plot_learning_rate`: the schedule of Section 5.3, Eq. 3, over 200,000 steps.
+- `plot_training_curves`: training and dev loss of a run of `scripts/train.py`, from its trainer state.
 - `attention_maps` / `plot_attention`: the weights of Eq. 1 for one input, per layer and head, for the three
   uses of attention of Section 3.2.3 (encoder self-attention, masked decoder self-attention and
   encoder-decoder attention), with the tokens on the axes.
@@ -14,6 +15,7 @@ attention axes show token ids, with a warning, instead of empty boxes.
 """
 
 import functools
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +158,44 @@ def plot_learning_rate(
     if path is not None:
         save_figure(figure, path)
     return figure, rates
+
+
+def plot_training_curves(run_dir: str | Path, path: str | Path | None = None) -> tuple[Figure, dict]:
+    """Training loss (every logging step) and dev loss (every evaluation) of a `scripts/train.py` run,
+    read from its newest checkpoint's `trainer_state.json`; the averaged model's dev loss (`results.json`
+    in `run_dir/model`, when the run finished) is marked. Returns the figure and the series drawn."""
+    checkpoints = sorted(
+        Path(run_dir).glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])
+    )
+    if not checkpoints:
+        raise FileNotFoundError(
+            f"No checkpoint-*/trainer_state.json in {run_dir}: is it a scripts/train.py run?"
+        )
+    history = json.loads(checkpoints[-1].read_text())["log_history"]
+    series = {
+        "train": [(entry["step"], entry["loss"]) for entry in history if "loss" in entry],
+        "dev": [(entry["step"], entry["eval_loss"]) for entry in history if "eval_loss" in entry],
+    }
+    figure = Figure(figsize=(8, 4.5))
+    axes = figure.add_subplot()
+    for name, points in series.items():
+        if points:
+            axes.plot(*zip(*points), marker="o" if name == "dev" else None, label=f"{name} loss")
+    results_file = Path(run_dir) / "model" / "results.json"
+    if results_file.is_file():
+        results = json.loads(results_file.read_text())
+        if "dev_loss" in results:
+            series["averaged_dev"] = [(results["steps"], results["dev_loss"])]
+            axes.plot(
+                results["steps"], results["dev_loss"], "*", markersize=12, label="dev loss, averaged model"
+            )
+    axes.set_xlabel("Train step")
+    axes.set_ylabel("Label-smoothed cross-entropy")
+    axes.set_title(f"Training curves of {Path(run_dir).name}")
+    axes.legend()
+    if path is not None:
+        save_figure(figure, path)
+    return figure, series
 
 
 @dataclass

@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Draw the figures of docs/figures/: positional encodings, the learning-rate schedule and, given a trained
-chatbot (scripts/chatbot.py train), its attention for one question. Needs the `plots` extra (matplotlib).
+"""Draw the figures of docs/figures/: positional encodings, the learning-rate schedule, given a trained
+chatbot (scripts/chatbot.py train) its attention for one question, and given runs of scripts/train.py their
+training curves. Needs the `plots` extra (matplotlib).
 
     python scripts/plot_figures.py --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
+    python scripts/plot_figures.py --run runs/multi30k --out docs/figures   # writes multi30k_training.png
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from hf_vanilla_transformer.plotting import (
     plot_attention,
     plot_learning_rate,
     plot_positional_encoding,
+    plot_training_curves,
 )
 
 ATTENTION_FILES = {
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: %(default)s")
     parser.add_argument("--model", type=Path, help="trained chatbot folder; without it no attention figures")
     parser.add_argument("--question", default="영화 볼래?", help="input of the attention figures")
+    parser.add_argument("--run", type=Path, nargs="*", default=[], help="scripts/train.py output folders")
     parser.add_argument("--d-model", type=int, default=256, help="d_model of the schedule figure")
     parser.add_argument("--warmup-steps", type=int, default=4000, help="warmup of the schedule figure")
     parser.add_argument("--total-steps", type=int, default=200_000, help="steps of the schedule figure")
@@ -49,6 +53,9 @@ def main(argv: list[str] | None = None) -> None:
         for kind, name in ATTENTION_FILES.items():
             plot_attention(maps, kind, path=args.out / name)
             written.append(args.out / name)
+    for run in args.run:
+        written.append(args.out / f"{run.name}_training.png")
+        plot_training_curves(run, path=written[-1])
     for path in written:
         print(f"Wrote {path}")
 

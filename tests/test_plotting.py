@@ -1,6 +1,7 @@
 """The figures: positional encodings, the learning-rate schedule and attention heatmaps."""
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -94,3 +95,33 @@ def test_plot_figures_script_writes_the_static_figures(tmp_path):
         "learning_rate.png",
         "positional_encoding.png",
     ]
+
+
+def test_training_curves_plot_the_newest_checkpoints_log(tmp_path):
+    run = tmp_path / "run"
+
+    def write_state(step: int, history: list[dict]) -> None:
+        folder = run / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+
+    older = [{"step": 5, "loss": 9.0}, {"step": 10, "eval_loss": 8.5}]
+    newest = [*older, {"step": 15, "loss": 7.0}, {"step": 20, "loss": 6.5}, {"step": 20, "eval_loss": 6.9}]
+    write_state(10, older)
+    write_state(20, newest)  # "checkpoint-20" sorts before "checkpoint-5" as text: order must be numeric
+    write_state(5, older[:1])
+    (run / "model").mkdir()
+    (run / "model" / "results.json").write_text(json.dumps({"steps": 20, "dev_loss": 6.7}))
+
+    path = tmp_path / "curves.png"
+    figure, series = plotting.plot_training_curves(run, path=path)
+    assert series == {
+        "train": [(5, 9.0), (15, 7.0), (20, 6.5)],
+        "dev": [(10, 8.5), (20, 6.9)],
+        "averaged_dev": [(20, 6.7)],
+    }
+    drawn = {line.get_label(): list(zip(line.get_xdata(), line.get_ydata())) for line in figure.axes[0].lines}
+    assert drawn["train loss"] == series["train"] and drawn["dev loss"] == series["dev"]
+    assert path.stat().st_size > MIN_PNG_BYTES
+    with pytest.raises(FileNotFoundError, match="is it a scripts/train.py run"):
+        plotting.plot_training_curves(tmp_path / "empty")
