@@ -1,8 +1,12 @@
-"""Translating many sentences: batches of similar length, the model's own decoding rules, progress."""
+"""Translating many sentences: batches of similar length, the model's own decoding rules, progress; and
+int8 dynamic quantization for faster decoding on CPUs."""
 
+import copy
+import warnings
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -41,3 +45,23 @@ def translate(
         bar.update(len(indices))
     bar.close()
     return outputs
+
+
+def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
+    """A copy of `model` whose linear layers hold int8 weights and quantize their inputs on the fly
+    (torch's dynamic quantization), for decoding on CPUs: about 1.4x-2.1x the fp32 speed here, with
+    slightly different outputs (benchmarks/RESULTS.md measures both on Multi30k). `model` is left as is.
+    """
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        raise ValueError(
+            "int8 dynamic quantization runs on the CPU: load the model there (.to('cpu')) first."
+        )
+    if any(p.dtype != torch.float32 for p in model.parameters()):
+        raise ValueError("int8 dynamic quantization starts from float32 weights: load the model in float32.")
+    with warnings.catch_warnings():
+        # torch marks torch.ao quantization deprecated in favour of torchao; it works in the torch we pin.
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantiz.*deprecated", category=UserWarning)
+        return torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(model).eval(), {nn.Linear}, dtype=torch.qint8
+        )

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_vanilla_transformer  # noqa: F401  (registers the model with the Auto classes)
-from hf_vanilla_transformer.translation import translate
+from hf_vanilla_transformer.translation import quantize_int8, translate
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,12 +32,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--max-length-offset", type=int, default=None, help="output length <= input + this")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="int8 dynamic quantization (CPU): faster, slightly different output",
+    )
     args = parser.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
+    if args.int8:
+        model = quantize_int8(model)
     source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
     with source:
         lines = source.read().split("\n")

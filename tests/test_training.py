@@ -89,6 +89,11 @@ def test_train_average_translate_and_score(corpus, tmp_path):
     )
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(translated.stdout.split("\n")) == 3  # two lines and the final newline
+    quantized = run_script(
+        "translate.py", "--model", str(out / "model"), "--int8", input="A dog runs.\nTwo men talk.\n"
+    )
+    assert quantized.returncode == 0, quantized.stderr[-2000:]
+    assert len(quantized.stdout.split("\n")) == 3
 
     hyp = tmp_path / "hyp.de"
     run_script(
