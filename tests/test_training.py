@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import REPO_ROOT
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training import TrainingSettings, run_training
@@ -211,3 +211,33 @@ def test_time_budget_stops_with_a_checkpoint(corpus, tmp_path):
     results = run_training(settings(corpus, tmp_path, max_steps=10_000, max_minutes=0.001, save_steps=10_000))
     assert 1 <= results["steps"] < 10_000
     assert (tmp_path / f"checkpoint-{results['steps']}" / "trainer_state.json").exists()
+
+
+def test_fine_tuning_starts_from_the_pretrained_model_and_its_tokenizer(corpus, tmp_path):
+    pretrained = tmp_path / "pretrained"
+    run_training(settings(corpus, pretrained, max_steps=3, average_checkpoints=1))
+    start = AutoModelForSeq2SeqLM.from_pretrained(pretrained / "model")
+
+    # No model settings of its own: the architecture and the vocabulary come from the pretrained model.
+    tuned_dir = tmp_path / "tuned"
+    run_training(
+        settings(
+            corpus, tuned_dir, init_from=str(pretrained / "model"), model_overrides={}, max_steps=2, seed=5
+        )
+    )
+    tuned = AutoModelForSeq2SeqLM.from_pretrained(tuned_dir / "model")
+    assert tuned.config.to_diff_dict() | {"_name_or_path": None} == start.config.to_diff_dict() | {
+        "_name_or_path": None
+    }
+    assert AutoTokenizer.from_pretrained(tuned_dir / "model").get_vocab() == (
+        AutoTokenizer.from_pretrained(pretrained / "model").get_vocab()
+    )
+    # Two updates move the pretrained weights a little; a fresh initialisation would be far from them.
+    start_weights, tuned_weights = start.state_dict(), tuned.state_dict()
+    fresh = VanillaTransformerForConditionalGeneration(start.config).state_dict()
+    moved = sum((tuned_weights[k] - start_weights[k]).abs().sum() for k in start_weights)
+    distance_to_fresh = sum((fresh[k] - start_weights[k]).abs().sum() for k in start_weights)
+    assert 0 < moved < 0.2 * distance_to_fresh
+
+    with pytest.raises(ValueError, match="cannot change"):
+        run_training(settings(corpus, tmp_path / "x", init_from=str(pretrained / "model")))
