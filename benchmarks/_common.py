@@ -8,6 +8,7 @@ but the ratio of two runs a few seconds apart does not.
 import argparse
 import ctypes
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -16,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from transformers import MarianConfig, MarianMTModel
@@ -210,3 +212,9 @@ def format_table(header: list[str], rows: list[list[str]]) -> str:
     lines.append("-|-".join("-" * w for w in widths))
     lines += [" | ".join(str(c).ljust(w) for c, w in zip(row, widths)) for row in rows]
     return "\n".join(lines)
+
+
+def write_result(result: dict, output: str) -> None:
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text(json.dumps(result, indent=1))
+    print(f"wrote {output}")

@@ -18,7 +18,6 @@ the linear layers, with its agreement with the fp32 outputs as token accuracy an
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,10 @@ from _common import (  # noqa: E402
     model_pair,
     size_dict,
     timed,
+    write_result,
 )
+
+from hf_vanilla_transformer.translation import quantize_int8  # noqa: E402
 
 SEARCHES = {"beam4": 4, "greedy": 1}
 
@@ -144,7 +146,7 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
     }
     notes = []
     if args.int8:
-        quantized = torch.ao.quantization.quantize_dynamic(ours, {torch.nn.Linear}, dtype=torch.qint8)
+        quantized = quantize_int8(ours)
         engines["ours-int8"] = lambda beams: hf_generate(quantized, inputs, beams, args.new_tokens)
     if not args.no_ctranslate2:
         try:
@@ -236,9 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
     ok = all(s["outputs_identical_fp32"] for d in result["sizes"].values() for s in d["searches"].values())
     result["outputs_identical_fp32"] = ok
     print(f"ours and Marian outputs identical in fp32: {ok}")
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.output}")
+    write_result(result, args.output)
     return result
 
 

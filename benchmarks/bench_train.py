@@ -16,7 +16,6 @@ reports how far the loss curves are apart.
 
 import argparse
 import copy
-import json
 import math
 import statistics
 import sys
@@ -39,6 +38,7 @@ from _common import (  # noqa: E402
     model_pair,
     size_dict,
     timed,
+    write_result,
 )
 
 from hf_vanilla_transformer.schedule import build_paper_optimizer  # noqa: E402
@@ -311,9 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
         finite = all(math.isfinite(x) for c in curve["curves"].values() for x in c)
         result["loss_curve"]["finite"] = finite
 
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.output}")
+    write_result(result, args.output)
     return result
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from .averaging import last_checkpoints
 from .modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,
@@ -164,14 +165,13 @@ def plot_training_curves(run_dir: str | Path, path: str | Path | None = None) ->
     """Training loss (every logging step) and dev loss (every evaluation) of a `scripts/train.py` run,
     read from its newest checkpoint's `trainer_state.json`; the averaged model's dev loss (`results.json`
     in `run_dir/model`, when the run finished) is marked. Returns the figure and the series drawn."""
-    checkpoints = sorted(
-        Path(run_dir).glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])
-    )
-    if not checkpoints:
+    checkpoints = last_checkpoints(run_dir, k=None) if Path(run_dir).is_dir() else []
+    states = [state for c in checkpoints if (state := c / "trainer_state.json").is_file()]
+    if not states:
         raise FileNotFoundError(
             f"No checkpoint-*/trainer_state.json in {run_dir}: is it a scripts/train.py run?"
         )
-    history = json.loads(checkpoints[-1].read_text())["log_history"]
+    history = json.loads(states[-1].read_text())["log_history"]
     series = {
         "train": [(entry["step"], entry["loss"]) for entry in history if "loss" in entry],
         "dev": [(entry["step"], entry["eval_loss"]) for entry in history if "eval_loss" in entry],

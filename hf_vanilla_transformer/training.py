@@ -64,7 +64,6 @@ class TrainingPreset:
     max_length: int = 256
     max_minutes: float | None = None  # stop (and save) after this much training time
     bf16: bool = False  # bf16 autocast where the CPU or GPU computes bf16 natively
-    dev_bleu: bool = True  # also translate the dev set at the end (the dev loss is always computed)
 
 
 CPU_MODEL = {"d_model": 256, "N": 3, "h": 4, "d_ff": 1024}
@@ -515,7 +514,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
 
     model.save_pretrained(final_dir)
     tokenizer.save_pretrained(final_dir)
-    if dev_pairs is not None and recipe.dev_bleu:
+    if dev_pairs is not None:
         dev, _ = _evaluate_bleu(model, tokenizer, dev_pairs, settings, "dev")
         results["dev_bleu"], results["dev_bleu_signature"] = dev["bleu"], dev["bleu_signature"]
     if test_pairs is not None:

@@ -1,7 +1,6 @@
 """Translating many sentences: batches of similar length, the model's own decoding rules, progress; and
 int8 dynamic quantization for faster decoding on CPUs."""
 
-import copy
 import warnings
 from collections.abc import Sequence
 
@@ -62,6 +61,5 @@ def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
         # torch marks torch.ao quantization deprecated in favour of torchao; it works in the torch we pin.
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*quantiz.*deprecated", category=UserWarning)
-        return torch.ao.quantization.quantize_dynamic(
-            copy.deepcopy(model).eval(), {nn.Linear}, dtype=torch.qint8
-        )
+        # Not in place: quantize_dynamic quantizes (and sets to eval mode) a deep copy.
+        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
