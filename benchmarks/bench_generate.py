@@ -6,8 +6,12 @@
 
 Ours is converted from a random MarianMTModel (`convert_marian`), so both hold the same weights; before
 any timing, both decode the benchmark batch in fp32 and their outputs must be identical token for token
-(the run stops otherwise). Every output is forced to `--new-tokens` tokens (min = max), so that both do
-the same work. Each round runs every engine once in alternating order; a speed-up is the median over
+(the run stops otherwise). Every output is forced to `--new-tokens` tokens, so that all engines do the same
+work. `--force eos-bias` (the default) gives the end token a logit bias of -1e4 in the shared weights, so no
+hypothesis ends and decoding runs to `max_new_tokens`, as in a translation without length constraints;
+`--force min-tokens` passes `min_new_tokens` instead, which adds transformers' two minimum-length logits
+processors (each copies the [beams x vocabulary] scores twice per step) to the work of both HF models.
+Each round runs every engine once in alternating order; a speed-up is the median over
 rounds of t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
 
 CTranslate2, when installed (`pip install ctranslate2`, or the `bench` extra), is converted from the same
@@ -53,15 +57,24 @@ def source_batch(size: Size, batch: int, length: int, seed: int = 0) -> dict[str
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def hf_generate(model: torch.nn.Module, inputs: dict, beams: int, new_tokens: int) -> torch.Tensor:
+def hf_generate(
+    model: torch.nn.Module, inputs: dict, beams: int, new_tokens: int, min_tokens: bool = False
+) -> torch.Tensor:
     return model.generate(
         **inputs,
         num_beams=beams,
         do_sample=False,
-        min_new_tokens=new_tokens,
         max_new_tokens=new_tokens,
+        **({"min_new_tokens": new_tokens} if min_tokens else {}),
         **({"early_stopping": True, "length_penalty": 1.0} if beams > 1 else {}),
     )
+
+
+def suppress_end_token(*models: torch.nn.Module) -> None:
+    """Forces full-length outputs through the weights: the end token's logit bias becomes -1e4."""
+    with torch.no_grad():
+        for model in models:
+            model.final_logits_bias[0, EOS] = -1e4
 
 
 class CTranslate2Engine:
@@ -98,12 +111,12 @@ class CTranslate2Engine:
             str(path), device="cpu", compute_type=compute_type, intra_threads=torch.get_num_threads()
         )
 
-    def generate(self, inputs: dict, beams: int, new_tokens: int) -> list[list[int]]:
+    def generate(self, inputs: dict, beams: int, new_tokens: int, min_tokens: bool) -> list[list[int]]:
         tokens = [[self.names[i] for i in row] for row in inputs["input_ids"].tolist()]
         results = self.translator.translate_batch(
             tokens,
             beam_size=beams,
-            min_decoding_length=new_tokens,
+            min_decoding_length=new_tokens if min_tokens else 0,
             max_decoding_length=new_tokens,
             length_penalty=1.0,
             max_batch_size=0,
@@ -139,21 +152,26 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
     marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
     marian.eval()
     ours.eval()
+    min_tokens = args.force == "min-tokens"
+    if not min_tokens:
+        suppress_end_token(marian, ours)
     inputs = source_batch(size, args.batch, args.src_len)
     engines: dict[str, Callable[[int], object]] = {
-        "marian": lambda beams: hf_generate(marian, inputs, beams, args.new_tokens),
-        "ours": lambda beams: hf_generate(ours, inputs, beams, args.new_tokens),
+        "marian": lambda beams: hf_generate(marian, inputs, beams, args.new_tokens, min_tokens),
+        "ours": lambda beams: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens),
     }
     notes = []
     if args.int8:
         quantized = quantize_int8(ours)
-        engines["ours-int8"] = lambda beams: hf_generate(quantized, inputs, beams, args.new_tokens)
+        engines["ours-int8"] = lambda beams: hf_generate(
+            quantized, inputs, beams, args.new_tokens, min_tokens
+        )
     if not args.no_ctranslate2:
         try:
             for compute_type in ("float32", "int8"):
                 engine = CTranslate2Engine(marian, compute_type, workdir / name)
                 engines[f"ct2-{compute_type}"] = (
-                    lambda beams, e=engine: e.generate(inputs, beams, args.new_tokens)  # noqa: B008
+                    lambda beams, e=engine: e.generate(inputs, beams, args.new_tokens, min_tokens)  # noqa: B008
                 )
         except ImportError:
             notes.append("CTranslate2 is not installed: its columns are skipped (pip install ctranslate2).")
@@ -164,6 +182,8 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
         beams = SEARCHES[search]
         outputs = {engine: sequences_of(fn(beams)) for engine, fn in engines.items()}  # also warms up
         reference = outputs["marian"]
+        if any(len(sequence) != args.new_tokens for sequence in reference):
+            raise SystemExit(f"[{name} {search}] Marian's outputs are not all {args.new_tokens} tokens long.")
         identical = outputs["ours"] == reference
         if not identical:
             raise SystemExit(f"[{name} {search}] ours and Marian decode differently in fp32: not timing.")
@@ -202,6 +222,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
     parser.add_argument("--src-len", type=int, default=24)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--force",
+        default="eos-bias",
+        choices=["eos-bias", "min-tokens"],
+        help="how outputs are forced to --new-tokens tokens (see above)",
+    )
     parser.add_argument("--int8", action="store_true", help="also ours with dynamic int8 linear layers")
     parser.add_argument("--no-ctranslate2", action="store_true")
     parser.add_argument("--output", default="benchmarks/results_generate.json")

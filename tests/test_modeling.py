@@ -410,6 +410,57 @@ def test_onednn_training_step_equals_torch_linear(monkeypatch):
         assert modeling._linear(torch.randn(2, 8), torch.randn(4, 8), None).dtype == torch.bfloat16
 
 
+@pytest.mark.skipif(not modeling.ONEDNN_FP32, reason="the oneDNN float32 path is taken on x86 CPUs only")
+def test_decoding_packs_weights_at_second_use_and_keeps_nothing():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 7, 16, generator=generator)
+    weight, bias = torch.randn(24, 16, generator=generator), torch.randn(24, generator=generator)
+    expected = torch.nn.functional.linear(x, weight, bias)
+    model = tiny_model()
+    with pytest.raises(RuntimeError, match="stop"), modeling._weights_fixed_for_decoding(model):
+        outputs = [modeling._linear(x, weight, bias) for _ in range(3)]
+        held, packed = modeling._PACKED_WEIGHTS.get()[id(weight)]
+        assert held is weight and packed.layout == torch._mkldnn
+        raise RuntimeError("stop")  # the packs go, however the call ends
+    assert modeling._PACKED_WEIGHTS.get() is None
+    assert all(m._stacked_qkv is None for m in model.modules() if hasattr(m, "_stacked_qkv"))
+    for out in outputs:
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_single_query_attention_equals_sdpa():
+    """A decoding step's attention (one query row, SDPA's boolean masks) computed with plain matmuls."""
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 4, 1, 8, generator=generator)
+    key, value = torch.randn(2, 3, 4, 11, 8, generator=generator)
+    mask = torch.ones(3, 1, 1, 11, dtype=torch.bool)
+    mask[0, ..., 7:] = False
+    module = torch.nn.Module().eval()
+    for attention_mask in (mask, None):
+        out, _ = modeling.single_query_attention_forward(module, query, key, value, attention_mask, 8**-0.5)
+        expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attention_mask)
+        torch.testing.assert_close(out, expected.transpose(1, 2))
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_sdpa_generation_takes_single_query_attention_and_equals_eager(monkeypatch, num_beams):
+    calls = []
+    original = modeling.single_query_attention_forward
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(modeling, "single_query_attention_forward", counted)
+    src, _ = random_batch()
+    mask = torch.ones_like(src)
+    mask[1, 4:] = 0  # the cross-attention mask of a decoding step is a boolean one under SDPA
+    kwargs = dict(input_ids=src, attention_mask=mask, max_new_tokens=8, num_beams=num_beams)
+    sdpa = tiny_model(attn_implementation="sdpa").generate(**kwargs)
+    assert calls  # the decoding steps took it
+    assert torch.equal(sdpa, tiny_model(attn_implementation="eager").generate(**kwargs))
+
+
 def test_inference_sees_updates_that_leave_version_counters_alone():
     """Fused optimizers update parameters in place without bumping their `_version`: no stacked Q/K/V
     weights (or anything else) may be kept from one inference call to the next."""
