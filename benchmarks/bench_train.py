@@ -6,8 +6,9 @@
 
 One step = forward with labels, backward, Adam step. Each round times every (model, precision, mode)
 variant once, in alternating order; a ratio is the median over rounds of the per-round ratio. Peak memory
-is the growth of resident memory during a step. MFU is model FLOPs (matmuls, 3x forward for training)
-per second over the GEMM peaks measured at the start of the same run.
+is the growth of resident memory during one more, untimed, step of each variant (measuring it hands freed
+memory back to the OS first, which would add page faults to a timed step). MFU is model FLOPs (matmuls,
+3x forward for training) per second over the GEMM peaks measured at the start of the same run.
 
 `--loss-curve N` also trains both models from the same weights on the same batches of a copy task for N
 steps (at small dims unless --loss-curve-size says otherwise), ours in fp32 and in the fastest mode, and
@@ -116,6 +117,10 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, peaks: dict[str,
     tokens = args.batch * args.tgt_len
     flops = 3 * forward_flops(size, args.batch, args.src_len, args.tgt_len)
 
+    def step(model: str, mode: str) -> float:
+        precision, how = mode.split("-")[:2]
+        return trainees[model].step(batch, precision, how == "compile")
+
     times: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
     memory: dict[tuple[str, str], list[int]] = {v: [] for v in variants}
     for round_ in range(args.warmup + args.repeats):
@@ -125,14 +130,16 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, peaks: dict[str,
             peaks[key] = max(peaks[key], value)
         order = variants if round_ % 2 == 0 else variants[::-1]
         for model, mode in order:
-            precision, how = mode.split("-")[:2]
-            trainee = trainees[model]
-            with PeakRSS() as rss:
-                t = timed(lambda: trainee.step(batch, precision, how == "compile"))  # noqa: B023
+            t = timed(lambda: step(model, mode))  # noqa: B023
             if round_ >= args.warmup:
                 times[(model, mode)].append(t)
-                memory[(model, mode)].append(rss.peak_delta)
         print(f"  [{name}] round {round_ + 1}/{args.warmup + args.repeats} done", file=sys.stderr)
+    # Memory in steps of its own: PeakRSS first hands freed memory back to the OS (malloc_trim), and a
+    # timed step would then pay page faults on all of it, which a training loop does not.
+    for model, mode in variants:
+        with PeakRSS() as rss:
+            step(model, mode)
+        memory[(model, mode)].append(rss.peak_delta)
 
     reference = times[("marian", "fp32-eager")] if "fp32-eager" in modes else None
     rows = []

@@ -421,11 +421,15 @@ def test_decoding_packs_weights_at_second_use_and_keeps_nothing():
         outputs = [modeling._linear(x, weight, bias) for _ in range(3)]
         held, packed = modeling._PACKED_WEIGHTS.get()[id(weight)]
         assert held is weight and packed.layout == torch._mkldnn
+        one_row = [modeling._linear(x[:1, :1], weight.clone(), bias) for _ in range(3)]
+        assert len(modeling._PACKED_WEIGHTS.get()) == 1  # a single row is not worth packing for
         raise RuntimeError("stop")  # the packs go, however the call ends
     assert modeling._PACKED_WEIGHTS.get() is None
     assert all(m._stacked_qkv is None for m in model.modules() if hasattr(m, "_stacked_qkv"))
     for out in outputs:
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for out in one_row:
+        torch.testing.assert_close(out, expected[:1, :1], rtol=1e-5, atol=1e-5)
 
 
 def test_single_query_attention_equals_sdpa():
