@@ -37,6 +37,7 @@ from transformers.utils import is_sentencepiece_available
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, paper_generation_config
+from .translation_pipeline import TARGET_TOKENIZER_DIR
 
 # Marian's layer-level feed-forward names, and where this package keeps them (one FFN module, Eq. 2).
 _MARIAN_KEY_RENAMES = ((re.compile(r"\.(fc1|fc2)\."), r".ffn.\1."),)
@@ -282,7 +283,6 @@ def _marian_tokenizer(src: Path, config: VanillaTransformerConfig) -> MarianToke
 FAIRSEQ_SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 # The BPE files fairseq's hub loader picks up next to a translation model.
 FAIRSEQ_BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model")
-TARGET_TOKENIZER_DIR = "target_tokenizer"
 # fairseq's `base_architecture` values, which it also applies to checkpoints whose args predate a field.
 _FAIRSEQ_DEFAULTS: dict[str, Any] = {
     "encoder_embed_dim": 512,
@@ -677,7 +677,9 @@ def _bpe_style(symbols: list[str]) -> tuple[decoders.Decoder | None, str]:
                 decoders.Replace(Regex("$"), " "),  # a space after every piece ...
                 decoders.Replace("@@ ", ""),  # ... except after "@@" continuation pieces
                 decoders.Fuse(),
-                decoders.Strip(" ", 0, 1),
+                # The last space goes by a regex: tokenizers' Strip panics on an empty output (say, a
+                # translation that is only </s>).
+                decoders.Replace(Regex(" $"), ""),
             ]
         )
         return decoder, "subword-nmt/fastBPE pieces ('@@ ' continuation marks)"

@@ -3,11 +3,22 @@ int8 dynamic quantization for faster decoding on CPUs."""
 
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .translation_pipeline import find_target_tokenizer
+
+
+def load_tokenizers(
+    model_name_or_path: str | Path,
+) -> tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase | None]:
+    """A model's tokenizer, and its target tokenizer when the source and target vocabularies are separate
+    (converted fairseq models keep it in `target_tokenizer/`): pass both to `translate`."""
+    return AutoTokenizer.from_pretrained(model_name_or_path), find_target_tokenizer(model_name_or_path)
 
 
 def translate(
@@ -15,6 +26,7 @@ def translate(
     tokenizer: PreTrainedTokenizerBase,
     sentences: Sequence[str],
     *,
+    target_tokenizer: PreTrainedTokenizerBase | None = None,
     batch_size: int = 64,
     progress: bool = True,
     **generate_kwargs,
@@ -24,10 +36,12 @@ def translate(
     Sentences are sorted by length so that each batch pads little (as Section 5.1 batches training
     pairs), then put back in input order. Decoding follows `model.generation_config` (the paper's beam
     search, Section 6.1, for models trained or published by this package) unless `generate_kwargs`
-    override it.
+    override it. Outputs are decoded with `target_tokenizer` when given (separate target vocabulary, see
+    `load_tokenizers`), else with `tokenizer`.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    decoder = target_tokenizer or tokenizer
     encoded = tokenizer(list(sentences), add_special_tokens=True)["input_ids"]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]), reverse=True)
     outputs: list[str] = [""] * len(encoded)
@@ -39,7 +53,7 @@ def translate(
         batch = {key: value.to(model.device) for key, value in batch.items()}
         with torch.inference_mode():
             generated = model.generate(**batch, **generate_kwargs)
-        for i, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+        for i, text in zip(indices, decoder.batch_decode(generated, skip_special_tokens=True)):
             outputs[i] = text.strip()
         bar.update(len(indices))
     bar.close()

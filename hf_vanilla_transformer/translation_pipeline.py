@@ -6,17 +6,46 @@ under the task "translation"; Hub repos published with `scripts/push_to_hub.py` 
 users without the package get it with `trust_remote_code=True`. It imports only transformers.
 """
 
+from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForSeq2SeqLM, Pipeline
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedTokenizerBase
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+from transformers.utils import cached_file
 
 TASK = "translation"
+# Where a model with separate source and target vocabularies (a converted fairseq model) keeps the
+# tokenizer that decodes its outputs.
+TARGET_TOKENIZER_DIR = "target_tokenizer"
+
+
+def find_target_tokenizer(
+    name_or_path: str | Path, revision: str | None = None
+) -> PreTrainedTokenizerBase | None:
+    """The `target_tokenizer/` of a model folder or Hub repo, or None when it has one vocabulary."""
+    if Path(name_or_path).is_dir():
+        folder = Path(name_or_path) / TARGET_TOKENIZER_DIR
+        return AutoTokenizer.from_pretrained(folder) if folder.is_dir() else None
+    found = cached_file(
+        str(name_or_path),
+        "tokenizer_config.json",
+        subfolder=TARGET_TOKENIZER_DIR,
+        revision=revision,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+    )
+    if found is None:
+        return None
+    return AutoTokenizer.from_pretrained(name_or_path, subfolder=TARGET_TOKENIZER_DIR, revision=revision)
 
 
 class TranslationPipeline(Pipeline):
     """Translate text: tokenize, `model.generate()` (with the model's own generation config, e.g. the
-    paper's beam search), decode. Returns `[{"translation_text": ...}]` per input, like transformers 4."""
+    paper's beam search), decode. Returns `[{"translation_text": ...}]` per input, like transformers 4.
+
+    Outputs are decoded with `target_tokenizer=` when given, else with the model's `target_tokenizer/`
+    when it has one (separate vocabularies), else with the tokenizer.
+    """
 
     _load_processor = False
     _load_image_processor = False
@@ -24,16 +53,26 @@ class TranslationPipeline(Pipeline):
     _load_tokenizer = True
     _pipeline_calls_generate = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "target_tokenizer" not in self._postprocess_params:
+            self._postprocess_params["target_tokenizer"] = find_target_tokenizer(
+                self.model.name_or_path, revision=getattr(self.model.config, "_commit_hash", None)
+            )
+
     def _sanitize_parameters(
         self,
         truncation: bool | None = None,
         clean_up_tokenization_spaces: bool | None = None,
+        target_tokenizer: PreTrainedTokenizerBase | None = None,
         **generate_kwargs,
     ) -> tuple[dict, dict, dict]:
         preprocess = {} if truncation is None else {"truncation": truncation}
         postprocess = {}
         if clean_up_tokenization_spaces is not None:
             postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        if target_tokenizer is not None:
+            postprocess["target_tokenizer"] = target_tokenizer
         return preprocess, generate_kwargs, postprocess
 
     def __call__(
@@ -56,11 +95,15 @@ class TranslationPipeline(Pipeline):
         return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
 
     def postprocess(
-        self, model_outputs: dict[str, Any], clean_up_tokenization_spaces: bool = False
+        self,
+        model_outputs: dict[str, Any],
+        clean_up_tokenization_spaces: bool = False,
+        target_tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> list[dict[str, str]]:
+        decoder = target_tokenizer or self.tokenizer
         return [
             {
-                "translation_text": self.tokenizer.decode(
+                "translation_text": decoder.decode(
                     ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
                 )
             }

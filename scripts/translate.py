@@ -11,10 +11,10 @@ import argparse
 import sys
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM
 
 import hf_vanilla_transformer  # noqa: F401  (registers the model with the Auto classes)
-from hf_vanilla_transformer.translation import quantize_int8, translate
+from hf_vanilla_transformer.translation import load_tokenizers, quantize_int8, translate
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    tokenizer, target_tokenizer = load_tokenizers(args.model)
     if args.int8:
         model = quantize_int8(model)
     source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
@@ -58,7 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     }
     overrides = {key: value for key, value in overrides.items() if value is not None}
     hypotheses = translate(
-        model, tokenizer, lines, batch_size=args.batch_size, progress=args.input != "-", **overrides
+        model,
+        tokenizer,
+        lines,
+        target_tokenizer=target_tokenizer,
+        batch_size=args.batch_size,
+        progress=args.input != "-",
+        **overrides,
     )
     target = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     with target:

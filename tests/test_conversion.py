@@ -20,7 +20,13 @@ import pytest
 import torch
 from conftest import TINY_REFERENCE_DIMS
 from test_marian_reference import random_marian
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, FSMTConfig, FSMTForConditionalGeneration
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    FSMTConfig,
+    FSMTForConditionalGeneration,
+    pipeline,
+)
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.conversion import (
@@ -30,6 +36,7 @@ from hf_vanilla_transformer.conversion import (
     fairseq_model_args,
     load_fairseq_checkpoint,
 )
+from hf_vanilla_transformer.translation import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "convert_checkpoint.py"
@@ -323,6 +330,35 @@ def test_fairseq_cli_matches_fsmt(tmp_path, capsys):
     assert source_tokenizer.decode(ids, skip_special_tokens=True) == "hallo world"  # <unk> is special
     assert target_tokenizer.convert_tokens_to_ids(["hal@@", "lo"]) == [4, 5]
     assert target_tokenizer.decode([2, 4, 5, 6, 7, 2], skip_special_tokens=True) == "hallo welt"
+    assert target_tokenizer.decode([2, 2], skip_special_tokens=True) == ""  # an empty translation
+
+
+def test_translate_decodes_with_the_target_tokenizer(tmp_path):
+    """Separate vocabularies: translate.py and the translation pipeline find the converted model's target
+    tokenizer and decode the outputs with it, not with the source tokenizer."""
+    fsmt = random_fsmt(seed=2)
+    checkpoint = {"args": fairseq_args(fsmt.config), "model": fairseq_state(fsmt), "extra_state": {}}
+    model_path = write_fairseq_files(tmp_path / "fairseq", fsmt, checkpoint)
+    out = tmp_path / "out"
+    convert_fairseq_checkpoint(model_path, model_path.parent, out)
+    lines = ["ha@@ llo wor@@ ld", "wor@@ ld ha@@ llo ha@@ llo"]
+    (tmp_path / "source.txt").write_text("\n".join(lines) + "\n")
+    spec = importlib.util.spec_from_file_location("translate", REPO_ROOT / "scripts" / "translate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(
+        ["--model", str(out), "--input", str(tmp_path / "source.txt"), "--output", str(tmp_path / "hyp")]
+    )
+
+    tokenizer, target_tokenizer = load_tokenizers(out)
+    assert target_tokenizer is not None
+    model = AutoModelForSeq2SeqLM.from_pretrained(out)
+    generated = [model.generate(**tokenizer(line, return_tensors="pt"))[0] for line in lines]
+    expected = [target_tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in generated]
+    assert (tmp_path / "hyp").read_text().splitlines() == expected
+    assert expected != [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in generated]
+    translator = pipeline("translation", model=str(out))
+    assert [r["translation_text"].strip() for r in translator(lines)] == expected
 
 
 def test_fairseq_old_layout_legacy_file(tmp_path):
