@@ -172,12 +172,13 @@ _PACKED_WEIGHTS: ContextVar[dict[int, tuple[torch.Tensor, torch.Tensor | None]] 
 
 
 def _decoding_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
-    """The weight in oneDNN's blocked layout, packed at its second use within a generate() call: decoding
-    steps use every decoder weight again, and from 4 rows on a packed weight makes their products 10-40%
-    faster, which repays the packing within 3-17 steps (the encoder's weights, used once, are not worth
-    it; one row gains nothing). Outside generate() the weight itself."""
+    """The weight in oneDNN's blocked layout, packed at its second use within a generate() call, for
+    products of 4 to 64 rows: decoding steps use every decoder weight again, and there a packed weight
+    made generate() 6-13% faster (greedy and beam 4 at 32 rows, base size). One row gains nothing, and at
+    128 rows beam 4 was 5% slower packed, though each product alone is faster (benchmarks/RESULTS.md).
+    The encoder's weights, used once, are never packed. Outside generate() the weight itself."""
     packs = _PACKED_WEIGHTS.get()
-    if packs is None or rows < 4:
+    if packs is None or not 4 <= rows <= 64:
         return weight
     key = id(weight)
     if key not in packs:

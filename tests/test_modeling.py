@@ -422,7 +422,10 @@ def test_decoding_packs_weights_at_second_use_and_keeps_nothing():
         held, packed = modeling._PACKED_WEIGHTS.get()[id(weight)]
         assert held is weight and packed.layout == torch._mkldnn
         one_row = [modeling._linear(x[:1, :1], weight.clone(), bias) for _ in range(3)]
-        assert len(modeling._PACKED_WEIGHTS.get()) == 1  # a single row is not worth packing for
+        many_rows, big_weight = x.repeat(4, 4, 1), weight.clone()  # 112 rows
+        for _ in range(3):
+            modeling._linear(many_rows, big_weight, bias)
+        assert len(modeling._PACKED_WEIGHTS.get()) == 1  # neither one row nor over 64 rows are packed
         raise RuntimeError("stop")  # the packs go, however the call ends
     assert modeling._PACKED_WEIGHTS.get() is None
     assert all(m._stacked_qkv is None for m in model.modules() if hasattr(m, "_stacked_qkv"))
