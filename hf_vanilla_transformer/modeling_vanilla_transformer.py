@@ -145,7 +145,7 @@ def single_query_attention_forward(
     kernels cost 2-4x what the two plain matmuls do for a single query row. Takes SDPA's masks
     (boolean, True = attend, or None)."""
     if attention_mask is not None and attention_mask.dtype == torch.bool:
-        blocked = torch.zeros(attention_mask.shape, dtype=query.dtype)
+        blocked = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device)
         attention_mask = blocked.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
     return eager_attention_forward(module, query, key, value, attention_mask, scaling)
 

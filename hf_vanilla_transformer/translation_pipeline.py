@@ -23,6 +23,8 @@ def find_target_tokenizer(
     name_or_path: str | Path, revision: str | None = None
 ) -> PreTrainedTokenizerBase | None:
     """The `target_tokenizer/` of a model folder or Hub repo, or None when it has one vocabulary."""
+    if not str(name_or_path):  # a model built in memory: no folder to look in (not the working directory)
+        return None
     if Path(name_or_path).is_dir():
         folder = Path(name_or_path) / TARGET_TOKENIZER_DIR
         return AutoTokenizer.from_pretrained(folder) if folder.is_dir() else None

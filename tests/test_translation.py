@@ -6,6 +6,7 @@ from conftest import tiny_model
 from torch import nn
 
 from hf_vanilla_transformer.translation import quantize_int8
+from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
 
 
 def test_int8_copy_quantizes_every_projection_and_stays_close():
@@ -30,3 +31,11 @@ def test_int8_copy_quantizes_every_projection_and_stays_close():
 def test_int8_needs_float32_weights_on_the_cpu():
     with pytest.raises(ValueError, match="float32"):
         quantize_int8(tiny_model().to(torch.bfloat16))
+
+
+def test_a_model_built_in_memory_has_no_target_tokenizer(tmp_path, monkeypatch):
+    """An in-memory model's name_or_path is "": the working directory is not its folder."""
+    (tmp_path / TARGET_TOKENIZER_DIR).mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert tiny_model().name_or_path == ""
+    assert find_target_tokenizer("") is None
