@@ -509,6 +509,11 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         # Every process takes part: the Trainer's evaluation gathers across them.
         trainer.model = model
         results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
+    # No collective follows, so every process leaves the group now: a worker that exits with the group
+    # alive can die with SIGABRT when gloo's threads outlive the interpreter. The barrier first lets gloo's
+    # threads finish the last gather; destroying the group right after it can deadlock on the GIL.
+    state.wait_for_everyone()
+    state.destroy_process_group()
     if not state.is_main_process:
         return {}
 
