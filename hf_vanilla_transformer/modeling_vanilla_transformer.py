@@ -380,6 +380,54 @@ def _weights_fixed_for_decoding(model: nn.Module) -> Iterator[None]:
             attention._stacked_qkv = None
 
 
+class _FastMaskDropout(torch.autograd.Function):
+    """Inverted dropout, x * mask / (1 - p), with the mask drawn 32 bits per element: each 64-bit draw of
+    torch's generator (`random_` over the full int64 range) gives two elements, where torch's
+    `bernoulli_` draws per element. An element is kept when its 32 bits, read as a signed integer, are at
+    least -2^31 + round(p 2^32), so with probability 1 - p to within 2^-32."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, p: float) -> torch.Tensor:
+        count = x.numel()
+        draws = torch.empty((count + 1) // 2, dtype=torch.int64, device=x.device).random_(-(2**63), None)
+        bits = draws.view(torch.int32)[:count].view(x.shape)
+        keep = bits >= min(-(2**31) + round(p * 2**32), 2**31 - 1)
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return torch.where(keep, x * ctx.scale, 0.0)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (keep,) = ctx.saved_tensors
+        return torch.where(keep, grad * ctx.scale, 0.0), None
+
+
+class VanillaTransformerDropout(nn.Module):
+    """Dropout with rate p (Section 5.4), as nn.Dropout, reading `config.fast_dropout_masks` at each call:
+    with it, masks on CPU come from `_FastMaskDropout`. torch.compile draws its own masks, so it always
+    takes nn.functional.dropout."""
+
+    def __init__(self, config: VanillaTransformerConfig, p: float) -> None:
+        super().__init__()
+        self.config = config
+        self.p = p
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return hidden_states
+        if (
+            self.config.fast_dropout_masks
+            and hidden_states.device.type == "cpu"
+            and not is_torchdynamo_compiling()
+        ):
+            return _FastMaskDropout.apply(hidden_states, self.p)
+        return nn.functional.dropout(hidden_states, p=self.p, training=True)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class VanillaTransformerFeedForward(nn.Module):
     """Position-wise feed-forward network, Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2."""
 
@@ -388,21 +436,18 @@ class VanillaTransformerFeedForward(nn.Module):
         self.fc1 = nn.Linear(config.d_model, ffn_dim)
         self.fc2 = nn.Linear(ffn_dim, config.d_model)
         self.activation_fn = ACT2FN[config.activation_function]
-        self.activation_dropout = config.activation_dropout
+        self.activation_dropout = VanillaTransformerDropout(config, config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        hidden_states = self.activation_fn(project(self.fc1, hidden_states))
-        hidden_states = nn.functional.dropout(
-            hidden_states, p=self.activation_dropout, training=self.training
-        )
+        hidden_states = self.activation_dropout(self.activation_fn(project(self.fc1, hidden_states)))
         return project(self.fc2, hidden_states)
 
 
 def residual_dropout_norm(
-    sublayer_output: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm, dropout: float, training: bool
+    sublayer_output: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm, dropout: nn.Module
 ) -> torch.Tensor:
     """LayerNorm(x + Dropout(Sublayer(x))): the post-LN residual connection of Sections 3.1 and 5.4."""
-    return norm(residual + nn.functional.dropout(sublayer_output, p=dropout, training=training))
+    return norm(residual + dropout(sublayer_output))
 
 
 class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
@@ -411,7 +456,7 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None) -> None:
         super().__init__()
-        self.dropout = config.dropout
+        self.dropout = VanillaTransformerDropout(config, config.dropout)
         self.self_attn = VanillaTransformerAttention(
             config, config.encoder_attention_heads, config.encoder_head_dims, layer_idx=layer_idx
         )
@@ -427,10 +472,10 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
     ) -> torch.Tensor:
         attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
         hidden_states = residual_dropout_norm(
-            attended, hidden_states, self.self_attn_layer_norm, self.dropout, self.training
+            attended, hidden_states, self.self_attn_layer_norm, self.dropout
         )
         return residual_dropout_norm(
-            self.ffn(hidden_states), hidden_states, self.final_layer_norm, self.dropout, self.training
+            self.ffn(hidden_states), hidden_states, self.final_layer_norm, self.dropout
         )
 
 
@@ -440,7 +485,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None) -> None:
         super().__init__()
-        self.dropout = config.dropout
+        self.dropout = VanillaTransformerDropout(config, config.dropout)
         heads, head_dims = config.decoder_attention_heads, config.decoder_head_dims
         self.self_attn = VanillaTransformerAttention(
             config, heads, head_dims, is_causal=True, layer_idx=layer_idx
@@ -465,7 +510,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
             hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
         )
         hidden_states = residual_dropout_norm(
-            attended, hidden_states, self.self_attn_layer_norm, self.dropout, self.training
+            attended, hidden_states, self.self_attn_layer_norm, self.dropout
         )
         attended, _ = self.encoder_attn(
             hidden_states,
@@ -475,10 +520,10 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
             **kwargs,
         )
         hidden_states = residual_dropout_norm(
-            attended, hidden_states, self.encoder_attn_layer_norm, self.dropout, self.training
+            attended, hidden_states, self.encoder_attn_layer_norm, self.dropout
         )
         return residual_dropout_norm(
-            self.ffn(hidden_states), hidden_states, self.final_layer_norm, self.dropout, self.training
+            self.ffn(hidden_states), hidden_states, self.final_layer_norm, self.dropout
         )
 
 
@@ -528,7 +573,7 @@ class _VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         self, config: VanillaTransformerConfig, vocab_size: int, layer_class: type[nn.Module], num_layers: int
     ) -> None:
         super().__init__(config)
-        self.dropout = config.dropout
+        self.dropout = VanillaTransformerDropout(config, config.dropout)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_tokens = nn.Embedding(vocab_size, config.d_model, config.pad_token_id)
         self.embed_positions = VanillaTransformerPositionalEncoding(config)
@@ -540,7 +585,7 @@ class _VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         """The scaled embeddings plus the encodings of their positions, after dropout."""
         position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_length
         hidden_states = inputs_embeds + self.embed_positions(position_ids)
-        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        return self.dropout(hidden_states)
 
 
 class VanillaTransformerEncoder(_VanillaTransformerStack):

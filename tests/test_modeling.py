@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import tiny_config, tiny_model
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
 from hf_vanilla_transformer import modeling_vanilla_transformer as modeling
@@ -354,6 +354,48 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     assert ffn_calls == [1, 2]  # checkpointing recomputes the layer in the backward pass
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_fast_dropout_masks_keep_one_minus_p_and_scale_like_dropout(p):
+    """Inverted dropout (Section 5.4): kept elements are x / (1 - p), dropped ones 0, the gradient is the
+    same mask; each element is kept with probability 1 - p, independently of its neighbour drawn from the
+    same 64-bit integer; the masks follow torch's seed."""
+    dropout = modeling.VanillaTransformerDropout(tiny_config(fast_dropout_masks=True), p).train()
+    x = torch.randn(63, 33, 97, requires_grad=True)  # an odd element count: half of the last draw unused
+    torch.manual_seed(1)
+    out = dropout(x)
+    kept = out != 0
+    count = x.numel()
+    assert abs(kept.double().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / count)
+    pairs = kept.flatten()[: count - 1].view(-1, 2)  # the two halves of each draw
+    both = pairs.all(dim=1).double().mean().item()
+    assert abs(both - (1 - p) ** 2) < 5 * math.sqrt((1 - p) ** 2 * (1 - (1 - p) ** 2) / pairs.shape[0])
+    torch.testing.assert_close(out[kept], x[kept] / (1 - p))
+    out.backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    torch.manual_seed(1)
+    assert torch.equal(dropout(x), out)
+    assert not torch.equal(dropout(x), out)
+    assert torch.equal(dropout.eval()(x), x)
+
+
+def test_fast_dropout_masks_are_used_by_the_model_in_training_only():
+    src, tgt = random_batch()
+    losses = {}
+    for fast in (False, True):
+        model = tiny_model(seed=3, dropout=0.3).train()
+        model.config.fast_dropout_masks = fast  # read at each call, like the attention implementation
+        torch.manual_seed(7)
+        losses[fast] = model(input_ids=src, labels=tgt).loss
+        losses[fast].backward()
+        assert all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters())
+        model.eval()
+        losses[fast, "eval"] = model(input_ids=src, labels=tgt).loss
+    assert losses[True] != losses[False]  # other masks for the same seed: the fast path was taken
+    torch.testing.assert_close(losses[True, "eval"], losses[False, "eval"])
+    with pytest.raises(ValueError, match="fast_dropout_masks must be True or False"):
+        tiny_config(fast_dropout_masks="yes")
 
 
 def _grad_fn_names(output: torch.Tensor) -> set[str]:

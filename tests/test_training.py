@@ -15,7 +15,7 @@ from conftest import REPO_ROOT
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, training
 from hf_vanilla_transformer.training import TrainingSettings, run_training
 
 TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-override", "h=2",
@@ -187,6 +187,20 @@ def test_bad_input_gets_clear_errors(corpus, tmp_path):
         run_training(settings(corpus, tmp_path / "e", train=str(mismatched)))
     with pytest.raises(ValueError, match="language"):
         run_training(settings(corpus, tmp_path / "f", src_lang="english"))
+
+
+def test_bf16_on_a_cpu_trains_with_eager_attention_and_fast_dropout_masks(corpus, tmp_path, monkeypatch):
+    prepared = []
+    monkeypatch.setattr(training, "prepare_for_cpu_bf16_training", prepared.append)
+    assert run_training(settings(corpus, tmp_path, bf16=True))["bf16_autocast"]
+    assert len(prepared) == 1
+    assert not run_training(settings(corpus, tmp_path / "fp32", bf16=False))["bf16_autocast"]
+    assert len(prepared) == 1  # not in float32
+
+    model = prepared[0]
+    monkeypatch.undo()
+    training.prepare_for_cpu_bf16_training(model)
+    assert model.config._attn_implementation == "eager" and model.config.fast_dropout_masks
 
 
 def test_two_process_launch(corpus, tmp_path):
