@@ -494,3 +494,69 @@ def test_staging_carries_a_converted_fairseq_models_bpe_codes_and_target_vocabul
     stage_repo(model_dir, tmp_path / "staged", "org/converted")
     assert (tmp_path / "staged" / "bpecodes").read_text() == "a b\n"
     assert (tmp_path / "staged" / "target_tokenizer" / "tokenizer.json").is_file()
+
+
+# Loads the separate-vocabulary repo through the translation pipeline, with the package or (remote) without.
+SEPARATE_VOCABULARY_CLIENT = """
+    import json, sys
+    args = json.loads(sys.argv[1])
+    if args["remote"]:
+        sys.modules["hf_vanilla_transformer"] = None  # the package cannot be imported
+    else:
+        import hf_vanilla_transformer  # registers the model and its pipeline
+    from transformers import pipeline
+
+    # With the package its registered classes serve, as in PACKAGE_CLIENT: no trust_remote_code.
+    translator = pipeline("translation", model=args["repo"], trust_remote_code=args["remote"] or None)
+    translations = translator(args["inputs"], max_new_tokens=args["max_new_tokens"])
+    print(json.dumps([r["translation_text"] for r in translations]))
+"""
+
+
+def test_separate_vocabularies_translate_from_the_hub_with_the_target_tokenizer(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    """A converted fairseq model with two dictionaries: pushed, then loaded by repo id, its pipeline must
+    decode target ids with `target_tokenizer/` from the repo, with the package and with remote code."""
+    source = train_shared_bpe_tokenizer(
+        SENTENCES[::2] * 5, vocab_size=60, min_frequency=1, show_progress=False
+    )
+    target = train_shared_bpe_tokenizer(
+        SENTENCES[1::2] * 5, vocab_size=50, min_frequency=1, show_progress=False
+    )
+    model = tiny_model(
+        seed=6,  # a seed whose untrained outputs decode to non-empty, different texts
+        vocab_size=len(source),
+        decoder_vocab_size=len(target),
+        share_encoder_decoder_embeddings=False,
+    )
+    model.generation_config = paper_generation_config(model.config, num_beams=2)
+    model_dir = tmp_path / "separate"
+    model.save_pretrained(model_dir)
+    source.save_pretrained(model_dir)
+    target.save_pretrained(model_dir / "target_tokenizer")
+    batch = source(INPUTS, return_tensors="pt", padding=True)
+    generated = model.generate(**batch, max_new_tokens=MAX_NEW_TOKENS)
+    expected = [text.strip() for text in target.batch_decode(generated, skip_special_tokens=True)]
+    assert all(expected) and len(set(expected)) == len(expected)
+    assert expected != [text.strip() for text in source.batch_decode(generated, skip_special_tokens=True)]
+
+    repo = "org/separate"
+    push_env = client_env(hub, tmp_path / "hf_home_push")
+    run_python(
+        push_env,
+        str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+        "--model-dir",
+        str(model_dir),
+        "--repo-id",
+        repo,
+    )
+    args = {"repo": repo, "inputs": INPUTS, "max_new_tokens": MAX_NEW_TOKENS}
+    clients = {
+        remote: start_client(
+            client_env(hub, tmp_path / f"hf_home_{remote}"), SEPARATE_VOCABULARY_CLIENT, remote=remote, **args
+        )
+        for remote in (False, True)
+    }
+    for remote, client in clients.items():
+        assert [text.strip() for text in client_result(client)] == expected, f"remote code: {remote}"
