@@ -140,14 +140,16 @@ def single_query_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float,
     **kwargs: Unpack[TransformersKwargs],
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, None]:
     """Eq. 1 for a decoding step (one query position) when the model runs SDPA on a CPU: there SDPA's
     kernels cost 2-4x what the two plain matmuls do for a single query row. Takes SDPA's masks
-    (boolean, True = attend, or None)."""
+    (boolean, True = attend, or None) and, like SDPA, returns no attention weights: a model on SDPA gives
+    none for any step (use eager attention for them)."""
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         blocked = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device)
         attention_mask = blocked.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
-    return eager_attention_forward(module, query, key, value, attention_mask, scaling)
+    attn_output, _ = eager_attention_forward(module, query, key, value, attention_mask, scaling)
+    return attn_output, None
 
 
 def _is_plain_linear(module: nn.Module) -> bool:

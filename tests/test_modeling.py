@@ -494,6 +494,18 @@ def test_single_query_attention_equals_sdpa():
         torch.testing.assert_close(out, expected.transpose(1, 2))
 
 
+def test_a_model_on_sdpa_returns_attention_weights_for_no_step():
+    """SDPA gives no weights, so the decoding steps' matmul path must not give some of them either."""
+    model = tiny_model(seed=1)
+    model.set_attn_implementation("sdpa")
+    src, _ = random_batch()
+    out = model.generate(
+        input_ids=src, max_new_tokens=3, output_attentions=True, return_dict_in_generate=True
+    )
+    steps = [*out.decoder_attentions, *out.cross_attentions]
+    assert len(steps) == 6 and all(weights is None for step in steps for weights in step)
+
+
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_sdpa_generation_takes_single_query_attention_and_equals_eager(monkeypatch, num_beams):
     calls = []
