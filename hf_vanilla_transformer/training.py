@@ -285,7 +285,11 @@ def _check_same_run(checkpoint: Path, config: VanillaTransformerConfig) -> None:
     """A resumed run must build the same model it saved: otherwise the weights cannot be loaded."""
     saved = VanillaTransformerConfig.from_pretrained(checkpoint).to_diff_dict()
     current = config.to_diff_dict()
-    ignored = {"architectures", "auto_map", "transformers_version", "dtype", "_name_or_path", "use_cache"}
+    # fast_dropout_masks says how a run draws its masks, not what model it builds; each run sets it again.
+    ignored = {
+        *("architectures", "auto_map", "transformers_version", "dtype", "_name_or_path", "use_cache"),
+        "fast_dropout_masks",
+    }
     differences = sorted(
         f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now"
         for key in (saved.keys() | current.keys()) - ignored
