@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -335,10 +335,11 @@ class VanillaTransformerAttention(nn.Module):
                 key, value = project(self.k_proj, key_value_states), project(self.v_proj, key_value_states)
             key_states = self._split_heads(key, self.d_k)
             value_states = self._split_heads(value, self.d_v)
-            if cache is not None:
+            if is_cross_attention and cache is not None:
                 key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
-                if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                past_key_values.is_updated[self.layer_idx] = True
+            elif cache is not None:
+                key_states, value_states = _update_cache(cache, key_states, value_states, self.layer_idx)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -362,6 +363,41 @@ class VanillaTransformerAttention(nn.Module):
         )
         attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
         return project(self.out_proj, attn_output), attn_weights
+
+
+def _reorder_with_a_free_position(layer: DynamicLayer, beam_idx: torch.LongTensor) -> None:
+    """Beam search's reordering of one self-attention cache layer, `keys[beam_idx]`, written into a buffer
+    one position longer. The layer keeps views of the reordered positions, and the next decoding step
+    fills the free one (`_update_cache`) instead of concatenating: `DynamicLayer`'s concatenation would
+    copy the whole reordered cache a second time in every step."""
+    reserved = []
+    for states in (layer.keys, layer.values):
+        batch, heads, length, dim = states.shape
+        buffer = states.new_empty(batch, heads, length + 1, dim)
+        view = buffer[:, :, :length]
+        torch.index_select(states, 0, beam_idx.to(states.device), out=view)
+        reserved += [view, buffer]
+    layer.keys, layer.values = reserved[0], reserved[2]
+    layer._free_position = tuple(reserved)
+
+
+def _update_cache(
+    cache: Cache, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`cache.update(key_states, value_states, layer_idx)`, filling the free position that
+    `_reorder_with_a_free_position` left when the layer still holds its views and one position comes."""
+    layer = cache.layers[layer_idx] if layer_idx < len(cache.layers) else None
+    reserved = getattr(layer, "_free_position", None)
+    if reserved is None:
+        return cache.update(key_states, value_states, layer_idx)
+    layer._free_position = None
+    keys_view, keys_buffer, values_view, values_buffer = reserved
+    if layer.keys is not keys_view or layer.values is not values_view or key_states.shape[-2] != 1:
+        return cache.update(key_states, value_states, layer_idx)
+    keys_buffer[:, :, -1:].copy_(key_states)
+    values_buffer[:, :, -1:].copy_(value_states)
+    layer.keys, layer.values = keys_buffer, values_buffer
+    return keys_buffer, values_buffer
 
 
 @contextmanager
@@ -1043,10 +1079,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         """Beam search's per-step reordering of the cache. It only permutes the beams of each input among
         themselves, and all beams of an input hold the same encoder output, so the cross-attention keys
         and values need no reordering: only the self-attention cache is (saving 2 x layers copies/step)."""
+        cache = past_key_values
         if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
+            cache = past_key_values.self_attention_cache
+        for layer in cache.layers:
+            if type(layer) is DynamicLayer and not cache.offloading and layer.get_seq_length() > 0:
+                _reorder_with_a_free_position(layer, beam_idx)
+            else:
+                layer.reorder_cache(beam_idx)
         return past_key_values
 
     # transformers' beam search divides a hypothesis' log-probability by length ** length_penalty, and

@@ -249,6 +249,36 @@ def test_generation_with_cache_equals_without(num_beams):
     assert torch.equal(cached, uncached)
 
 
+def test_beam_reordering_fills_a_free_position_and_equals_plain_reordering(monkeypatch):
+    """Beam search reorders the self-attention cache into buffers with one free position, which the next
+    step fills instead of concatenating: same scores and sequences as transformers' own reordering."""
+    from transformers.cache_utils import DynamicLayer
+
+    model = tiny_model(seed=2)
+    src, _ = random_batch()
+    kwargs = dict(max_new_tokens=10, num_beams=4, num_return_sequences=4, output_scores=True)
+    kwargs["return_dict_in_generate"] = True
+    updates: list[int] = []
+    original_update = DynamicLayer.update
+
+    def counted_update(self, *args, **kw):
+        updates.append(1)
+        return original_update(self, *args, **kw)
+
+    monkeypatch.setattr(DynamicLayer, "update", counted_update)
+    filled = model.generate(input_ids=src, **kwargs)
+    layers = model.config.decoder_layers
+    # Only the first step concatenates: into each self-attention and each cross-attention layer.
+    assert len(updates) == 2 * layers
+    plain_reorder = lambda layer, beam_idx: layer.reorder_cache(beam_idx)  # noqa: E731
+    monkeypatch.setattr(modeling, "_reorder_with_a_free_position", plain_reorder)
+    plain = model.generate(input_ids=src, **kwargs)
+    # transformers' way: the first step as above, then 9 more steps concatenating into self-attention.
+    assert len(updates) == 2 * layers + (2 * layers + 9 * layers)
+    assert torch.equal(filled.sequences, plain.sequences)
+    torch.testing.assert_close(filled.sequences_scores, plain.sequences_scores, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_static_cache_equals_dynamic(num_beams):
     model = tiny_model()
