@@ -281,18 +281,28 @@ def _check_resumable(output_dir: Path, resume: bool) -> Path | None:
     return last
 
 
+# Config keys that say how a run was saved or runs, not which model it builds: a resumed run may differ in
+# them (fast_dropout_masks is set again by each run, after this check).
+_NOT_THE_MODEL = frozenset(
+    (
+        "architectures",
+        "auto_map",
+        "transformers_version",
+        "dtype",
+        "_name_or_path",
+        "use_cache",
+        "fast_dropout_masks",
+    )
+)
+
+
 def _check_same_run(checkpoint: Path, config: VanillaTransformerConfig) -> None:
     """A resumed run must build the same model it saved: otherwise the weights cannot be loaded."""
     saved = VanillaTransformerConfig.from_pretrained(checkpoint).to_diff_dict()
     current = config.to_diff_dict()
-    # fast_dropout_masks says how a run draws its masks, not what model it builds; each run sets it again.
-    ignored = {
-        *("architectures", "auto_map", "transformers_version", "dtype", "_name_or_path", "use_cache"),
-        "fast_dropout_masks",
-    }
     differences = sorted(
         f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now"
-        for key in (saved.keys() | current.keys()) - ignored
+        for key in (saved.keys() | current.keys()) - _NOT_THE_MODEL
         if saved.get(key) != current.get(key)
     )
     if differences:
