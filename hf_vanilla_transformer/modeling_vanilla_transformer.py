@@ -815,8 +815,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
-# 128 rows x a 32k vocabulary in float32 is 16 MB: each chunk's passes stay in the L3 cache.
-_CROSS_ENTROPY_CHUNK_ROWS = 128
+# 16 rows x a 32k vocabulary in float32 is 2 MB, 1 MB per core when two threads share the rows: each
+# chunk's passes stay in the cores' L2 caches. Alone on 4096 x 32000 bf16 logits, forward and backward
+# took 0.27-0.29 s in 16-row chunks against 0.40 s in 128-row chunks (L3-sized).
+_CROSS_ENTROPY_CHUNK_ROWS = 16
 
 
 class _SmoothedCrossEntropySum(torch.autograd.Function):
@@ -838,7 +840,7 @@ class _SmoothedCrossEntropySum(torch.autograd.Function):
         losses = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
         for start in range(0, logits.shape[0], _CROSS_ENTROPY_CHUNK_ROWS):
             rows = slice(start, start + _CROSS_ENTROPY_CHUNK_ROWS)
-            log_probs = torch.log_softmax(logits[rows].float(), dim=-1)
+            log_probs = torch.log_softmax(logits[rows], dim=-1, dtype=torch.float32)
             nll = log_probs.gather(1, targets[rows, None]).squeeze(1).neg_()
             losses[rows] = nll.mul_(1 - epsilon).sub_(log_probs.mean(-1), alpha=epsilon)
         ctx.save_for_backward(logits, targets, labelled)
@@ -854,9 +856,9 @@ class _SmoothedCrossEntropySum(torch.autograd.Function):
         scale = grad_total.float() * labelled.float()
         for start in range(0, logits.shape[0], _CROSS_ENTROPY_CHUNK_ROWS):
             rows = slice(start, start + _CROSS_ENTROPY_CHUNK_ROWS)
-            chunk = torch.softmax(logits[rows].float(), dim=-1).sub_(epsilon / vocab)
+            chunk = torch.softmax(logits[rows], dim=-1, dtype=torch.float32).sub_(epsilon / vocab)
             chunk.scatter_add_(1, targets[rows, None], chunk.new_full((chunk.shape[0], 1), epsilon - 1))
-            grad[rows] = chunk.mul_(scale[rows, None])
+            torch.mul(chunk, scale[rows, None], out=grad[rows])
         return grad, None, None
 
 
