@@ -1,7 +1,8 @@
 """The Keras "Transformer Korean chatbot" tutorial, rebuilt on this package and `Seq2SeqTrainer`.
 
 The tutorial trains a small Transformer on the Korean chit-chat corpus ChatbotData.csv (songys/Chatbot_data,
-shipped in `data/chatbot_ko/`). Its steps and where they live here:
+shipped inside the package in `chatbot_ko/`, which the repository's `data/chatbot_ko/` links to). Its steps
+and where they live here:
 
 1. Preprocessing: spaces around ? . ! , so that punctuation becomes its own token (`preprocess_sentence`).
 2. Vocabulary: a subword vocabulary of about 2^13 tokens plus start and end tokens. Here a BPE vocabulary
@@ -49,8 +50,8 @@ from .modeling_vanilla_transformer import VanillaTransformerForConditionalGenera
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .tokenization import train_shared_bpe_tokenizer
 
-# The copy shipped with the repository (data/README.md); an installed wheel does not contain it.
-DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data" / "chatbot_ko" / "ChatbotData.csv"
+# Shipped inside the package, so that installed wheels have it too (origin and terms: data/README.md).
+DEFAULT_DATA = Path(__file__).resolve().parent / "chatbot_ko" / "ChatbotData.csv"
 
 # The tutorial's own example questions, answered after training.
 SAMPLE_QUESTIONS = ("영화 볼래?", "고민이 있어", "너무 화가나")
@@ -134,7 +135,7 @@ def load_chatbot_pairs(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"No chatbot corpus at {path}. The repository ships it as data/chatbot_ko/ChatbotData.csv; "
+            f"No chatbot corpus at {path}. The package ships it as chatbot_ko/ChatbotData.csv; "
             "pass its path (or another CSV with columns Q and A)."
         )
     questions, answers = [], []

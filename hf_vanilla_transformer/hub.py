@@ -12,7 +12,7 @@
 - `translation_pipeline.py` and a `custom_pipelines` entry in `config.json`, so that `pipeline("translation",
   model=repo, trust_remote_code=True)` works without the package (transformers 5 has no translation
   task; with the package installed, the config drops the entry and the registered pipeline is used);
-- `README.md`, the model card rendered from a template in `model_cards/`.
+- `README.md`, the model card rendered from a template in the package's `model_cards/`.
 
 Model card figures are never typed by hand: architecture and decoding figures come from the model's config
 and generation config, measured ones from the run's own records in the model folder (see `RunRecords`).
@@ -53,7 +53,7 @@ from .tokenization import load_tokenizer
 RESULTS_FILE = "results.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 CARD_FILE = "README.md"
-CARD_DIR = Path(__file__).resolve().parent.parent / "model_cards"
+CARD_DIR = Path(__file__).resolve().parent / "model_cards"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # The Hub takes files up to 50 GB but advises smaller ones, which download in parallel and resume better.
 DEFAULT_MAX_SHARD_SIZE = "5GB"

@@ -1,0 +1,66 @@
+"""The built wheel carries the files the library opens by default (model card templates, chatbot corpus).
+
+A checkout or an editable install finds them whatever the packaging says; an installed wheel only has what
+`pyproject.toml` puts into it. So the wheel is built, unpacked on its own, and asked for those files.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+# Run in the unpacked wheel: where the package was imported from, and the default files it looks for.
+PROBE = """
+import json
+from hf_vanilla_transformer import VanillaTransformerConfig, chatbot, hub
+config = VanillaTransformerConfig.from_preset("base")
+big = VanillaTransformerConfig.from_preset("big")
+print(json.dumps({
+    "package": hub.__file__,
+    "cards": [str(hub.default_card_template(config)), str(hub.default_card_template(big))],
+    "corpus": str(chatbot.DEFAULT_DATA),
+    "pairs": len(chatbot.load_chatbot_pairs()[0]),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wheel_dir = tmp_path_factory.mktemp("wheel")
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheel_dir)]
+    subprocess.run([*build, str(REPO_ROOT)], check=True, capture_output=True, text=True)
+    (wheel,) = wheel_dir.glob("hf_vanilla_transformer-*.whl")
+    target = tmp_path_factory.mktemp("site")
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target)]
+    subprocess.run([*install, str(wheel)], check=True, capture_output=True, text=True)
+    return target
+
+
+def test_installed_wheel_finds_its_model_cards_and_chatbot_corpus(unpacked_wheel: Path) -> None:
+    env = {"PYTHONPATH": str(unpacked_wheel), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, cwd=unpacked_wheel
+    )
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    package = unpacked_wheel / "hf_vanilla_transformer"
+    # The probe must have imported the wheel's copy, not the checkout this test runs from.
+    assert Path(found["package"]).parent == package
+    assert [Path(card).name for card in found["cards"]] == ["base.md", "big.md"]
+    for card in found["cards"]:
+        assert Path(card).parent == package / "model_cards"
+        assert Path(card).read_bytes() == (REPO_ROOT / "model_cards" / Path(card).name).read_bytes()
+    corpus = Path(found["corpus"])
+    assert corpus.parent == package / "chatbot_ko"
+    assert corpus.read_bytes() == (REPO_ROOT / "data" / "chatbot_ko" / corpus.name).read_bytes()
+    # The corpus' MIT license must travel with every copy of it.
+    assert (corpus.parent / "LICENSE").read_bytes() == (
+        REPO_ROOT / "data" / "chatbot_ko" / "LICENSE"
+    ).read_bytes()
+    assert found["pairs"] > 11_000
