@@ -167,9 +167,12 @@ def _onednn_linear(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
 
 
-# Inside a generate() call (`_weights_fixed_for_decoding`): weight id -> (weight, oneDNN-packed copy or None).
-_PACKED_WEIGHTS: ContextVar[dict[int, tuple[torch.Tensor, torch.Tensor | None]] | None] = ContextVar(
-    "_PACKED_WEIGHTS", default=None
+# Inside a generate() call (`_weights_fixed_for_decoding`), the copies made from its fixed weights:
+# ("packed", id(weight)) -> (weight, oneDNN-packed weight or None until its second use) and
+# ("qkv", id(attention)) -> (attention, its stacked Q/K/V weight and bias). Each entry holds the object
+# whose id is its key, so that no id is reused while the entry exists.
+_FIXED_WEIGHT_COPIES: ContextVar[dict[tuple[str, int], tuple[object, object]] | None] = ContextVar(
+    "_FIXED_WEIGHT_COPIES", default=None
 )
 
 
@@ -179,17 +182,17 @@ def _decoding_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
     made generate() 6-13% faster (greedy and beam 4 at 32 rows, base size). One row gains nothing, and at
     128 rows beam 4 was 5% slower packed, though each product alone is faster (benchmarks/RESULTS.md).
     The encoder's weights, used once, are never packed. Outside generate() the weight itself."""
-    packs = _PACKED_WEIGHTS.get()
-    if packs is None or not 4 <= rows <= 64:
+    copies = _FIXED_WEIGHT_COPIES.get()
+    if copies is None or not 4 <= rows <= 64:
         return weight
-    key = id(weight)
-    if key not in packs:
-        packs[key] = (weight, None)  # the entry keeps the weight, and so its id, alive
+    key = ("packed", id(weight))
+    if key not in copies:
+        copies[key] = (weight, None)
         return weight
-    packed = packs[key][1]
+    packed = copies[key][1]
     if packed is None:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        packs[key] = (weight, packed)
+        copies[key] = (weight, packed)
     return packed
 
 
@@ -270,8 +273,6 @@ class VanillaTransformerAttention(nn.Module):
         self.k_proj = nn.Linear(config.d_model, num_heads * self.d_k)
         self.v_proj = nn.Linear(config.d_model, num_heads * self.d_v)
         self.out_proj = nn.Linear(num_heads * self.d_v, config.d_model)
-        # None: stack at every call; () or the stacked pair: reuse within a generate() call.
-        self._stacked_qkv: tuple[torch.Tensor, ...] | None = None
 
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
         return states.view(*states.shape[:-1], self.num_heads, head_dim).transpose(1, 2)
@@ -293,11 +294,13 @@ class VanillaTransformerAttention(nn.Module):
         GEMM), so that gradients reach the separate parameters and every update is seen, except within
         one generate() call, where the parameters are fixed and decoding steps reuse them (see
         `_weights_fixed_for_decoding`)."""
-        if self._stacked_qkv is not None and not torch.is_grad_enabled() and not is_torchdynamo_compiling():
-            if not self._stacked_qkv:
-                self._stacked_qkv = self._stack_qkv()
-            return self._stacked_qkv
-        return self._stack_qkv()
+        copies = _FIXED_WEIGHT_COPIES.get()
+        if copies is None or torch.is_grad_enabled() or is_torchdynamo_compiling():
+            return self._stack_qkv()
+        key = ("qkv", id(self))
+        if key not in copies:
+            copies[key] = (self, self._stack_qkv())
+        return copies[key][1]
 
     def _stack_qkv(self) -> tuple[torch.Tensor, torch.Tensor]:
         projections = (self.q_proj, self.k_proj, self.v_proj)
@@ -401,21 +404,18 @@ def _update_cache(
 
 
 @contextmanager
-def _weights_fixed_for_decoding(model: nn.Module) -> Iterator[None]:
+def _weights_fixed_for_decoding() -> Iterator[None]:
     """Within one generate() call the parameters are fixed and every decoding step uses them again: each
     self-attention stacks its Q/K/V parameters once, and float32 oneDNN products keep packed weights
-    (`_decoding_weight`). Nothing outlives the call: fused optimizers update parameters in place without
-    bumping their version counters, so no cache key could tell that a copy kept across calls was stale."""
-    attentions = [m for m in model.modules() if isinstance(m, VanillaTransformerAttention)]
-    for attention in attentions:
-        attention._stacked_qkv = ()
-    packs = _PACKED_WEIGHTS.set({})
+    (`_decoding_weight`), in `_FIXED_WEIGHT_COPIES`. Nothing outlives the call: fused optimizers update
+    parameters in place without bumping their version counters, so no cache key could tell that a copy
+    kept across calls was stale. The copies belong to this call's context, not to the modules, so another
+    thread training or evaluating the same model meanwhile still stacks its weights afresh."""
+    token = _FIXED_WEIGHT_COPIES.set({})
     try:
         yield
     finally:
-        _PACKED_WEIGHTS.reset(packs)
-        for attention in attentions:
-            attention._stacked_qkv = None
+        _FIXED_WEIGHT_COPIES.reset(token)
 
 
 class _FastMaskDropout(torch.autograd.Function):
@@ -1070,7 +1070,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             kwargs["max_new_tokens"] = int(limits.max()) + 1
         self._gnmt_length_penalty = penalty_type == "gnmt"
         try:
-            with _weights_fixed_for_decoding(self):
+            with _weights_fixed_for_decoding():
                 return super().generate(
                     inputs, generation_config, logits_processor=logits_processor, **kwargs
                 )

@@ -491,19 +491,28 @@ def test_decoding_packs_weights_at_second_use_and_keeps_nothing():
     x = torch.randn(4, 7, 16, generator=generator)
     weight, bias = torch.randn(24, 16, generator=generator), torch.randn(24, generator=generator)
     expected = torch.nn.functional.linear(x, weight, bias)
-    model = tiny_model()
-    with pytest.raises(RuntimeError, match="stop"), modeling._weights_fixed_for_decoding(model):
+    attention = tiny_model().model.decoder.layers[0].self_attn
+    with pytest.raises(RuntimeError, match="stop"), modeling._weights_fixed_for_decoding():
         outputs = [modeling._linear(x, weight, bias) for _ in range(3)]
-        held, packed = modeling._PACKED_WEIGHTS.get()[id(weight)]
+        held, packed = modeling._FIXED_WEIGHT_COPIES.get()["packed", id(weight)]
         assert held is weight and packed.layout == torch._mkldnn
         one_row = [modeling._linear(x[:1, :1], weight.clone(), bias) for _ in range(3)]
         many_rows, big_weight = x.repeat(4, 4, 1), weight.clone()  # 112 rows
         for _ in range(3):
             modeling._linear(many_rows, big_weight, bias)
-        assert len(modeling._PACKED_WEIGHTS.get()) == 1  # neither one row nor over 64 rows are packed
-        raise RuntimeError("stop")  # the packs go, however the call ends
-    assert modeling._PACKED_WEIGHTS.get() is None
-    assert all(m._stacked_qkv is None for m in model.modules() if hasattr(m, "_stacked_qkv"))
+        with torch.no_grad():
+            stacked = attention._stacked_qkv_parameters()
+            assert attention._stacked_qkv_parameters() is stacked  # stacked once per call
+        with torch.enable_grad():  # a step that may train makes its own stack
+            assert attention._stacked_qkv_parameters() is not stacked
+        # neither one row nor over 64 rows are packed
+        assert sorted(modeling._FIXED_WEIGHT_COPIES.get()) == sorted(
+            [("packed", id(weight)), ("qkv", id(attention))]
+        )
+        raise RuntimeError("stop")  # the copies go, however the call ends
+    assert modeling._FIXED_WEIGHT_COPIES.get() is None
+    with torch.no_grad():
+        assert attention._stacked_qkv_parameters() is not attention._stacked_qkv_parameters()
     for out in outputs:
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     for out in one_row:
