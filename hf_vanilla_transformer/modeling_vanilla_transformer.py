@@ -874,10 +874,19 @@ def label_smoothed_cross_entropy(
     the vocabulary. Positions labelled -100 are ignored. The sum is divided by `num_items_in_batch`
     when the Trainer passes it, so that gradient accumulation over micro-batches equals one big batch;
     otherwise by this batch's count of labelled tokens. Computed in float32 (see `_SmoothedCrossEntropySum`).
+
+    Under torch.compile it is torch's own cross-entropy, the same formula: the chunk loop of
+    `_SmoothedCrossEntropySum` would be unrolled into the graph (256 chunks at 4096 tokens: six minutes
+    of compiling at base size instead of 23 s), while inductor fuses torch's loss and its gradient itself
+    (a compiled float32 step at base size 1.1x faster than with the chunked loss).
     """
-    loss = _SmoothedCrossEntropySum.apply(
-        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), float(epsilon)
-    )
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    if is_torchdynamo_compiling():
+        loss = nn.functional.cross_entropy(
+            logits.float(), labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum"
+        )
+    else:
+        loss = _SmoothedCrossEntropySum.apply(logits, labels, float(epsilon))
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum()
     if isinstance(num_items_in_batch, torch.Tensor):
