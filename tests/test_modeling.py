@@ -334,6 +334,29 @@ def test_label_smoothed_loss_equals_hand_computation():
     assert label_smoothed_cross_entropy(logits, labels, eps).item() == pytest.approx(total / count, rel=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_loss_and_gradient_equal_torch_cross_entropy(monkeypatch, dtype):
+    vocab = 50
+    # 3 rows per chunk: 10 positions make chunks of 3, 3, 3 and 1, with ignored positions across a boundary.
+    monkeypatch.setattr(modeling, "_CROSS_ENTROPY_CHUNK_BYTES", 3 * 4 * vocab)
+    assert modeling._chunk_rows(vocab) == 3
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, vocab, generator=generator).to(dtype).requires_grad_()
+    labels = torch.randint(0, vocab, (2, 5), generator=generator)
+    labels[0, 2:4] = -100
+    loss = label_smoothed_cross_entropy(logits, labels, 0.1)
+    loss.backward()
+    reference_logits = logits.detach().float().requires_grad_()
+    reference = torch.nn.functional.cross_entropy(
+        reference_logits.view(-1, vocab), labels.view(-1), ignore_index=-100, label_smoothing=0.1
+    )
+    reference.backward()
+    torch.testing.assert_close(loss, reference)
+    assert logits.grad.dtype == dtype
+    torch.testing.assert_close(logits.grad, reference_logits.grad.to(dtype))
+    assert (logits.grad[0, 2:4] == 0).all()
+
+
 def test_model_loss_uses_config_label_smoothing_and_shifts_labels():
     model = tiny_model(eps_ls=0.2)
     src, tgt = random_batch()
