@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
