@@ -2,19 +2,22 @@
 # The two set-up commands of the README, on a fresh machine:
 #   bash run.sh demo   train a small model on the shipped Multi30k, translate the test set, report BLEU
 #   bash run.sh test   run the test suite
-# Both create .venv (or reuse it) with the CPU build of PyTorch pinned first: an unpinned torch
-# requirement would pull a multi-GB CUDA build.
+# Both create .venv (or reuse it) with PyTorch pinned first: an unpinned torch requirement would pull
+# the newest release. PyPI's Linux torch is a multi-GB CUDA build; TORCH_INDEX_URL picks another index,
+# e.g. https://download.pytorch.org/whl/cpu for the CPU build (our machines find it on disk).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV=${VENV:-.venv}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 
 setup() {
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
 }
 

@@ -84,7 +84,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
             faster per mask; a bf16 training step at base size on CPU 1.09x faster in an A/B). Same keep
             probability (to 2^-32) and still reproducible from torch's seed, but the masks differ from
             `nn.functional.dropout`'s for that seed. Off by default; `scripts/train.py` turns it on where
-            it trains in bf16 on a CPU.
+            it trains in bf16 on a CPU, and off again in the model it saves at the end.
         activation_function: the feed-forward nonlinearity; "relu" is Eq. 2's max(0, .).
         label_smoothing: eps_ls of Section 5.4.
         layer_norm_eps: the epsilon of every LayerNorm.

@@ -142,6 +142,15 @@ def _figure(value: Any, template: str = "{}") -> str:
     return NOT_MEASURED if value is None else template.format(value)
 
 
+def _max_output_length(generation_config: GenerationConfig) -> str:
+    """The paper's bound (input length + 50, Section 6.1) where the model keeps one, else transformers'
+    fixed `max_length` (a converted Marian model's, say)."""
+    offset = getattr(generation_config, "max_length_offset", None)
+    if offset is not None:
+        return f"the input length + {offset} tokens"
+    return f"{generation_config.max_length} tokens"
+
+
 def card_values(
     repo_id: str,
     config: VanillaTransformerConfig,
@@ -173,7 +182,7 @@ def card_values(
         "num_beams": str(generation_config.num_beams),
         "length_penalty": str(generation_config.length_penalty),
         "length_penalty_type": str(getattr(generation_config, "length_penalty_type", None) or "transformers"),
-        "max_length_offset": _figure(getattr(generation_config, "max_length_offset", None)),
+        "max_output_length": _max_output_length(generation_config),
         "src_lang": _figure(records.src_lang),
         "tgt_lang": _figure(records.tgt_lang),
         "dataset": _figure(records.dataset),

@@ -158,7 +158,7 @@ def _is_plain_linear(module: nn.Module) -> bool:
 
 
 # Float32 on x86 CPUs runs the projections through oneDNN rather than torch's default GEMM (MKL), which on
-# AMD CPUs takes its AVX2 path: decoding 1.1x-2x faster, a float32 training step 1.15x-1.25x
+# AMD CPUs takes its AVX2 path: decoding 1.1x-2x faster, a float32 training step ~1.1x at base size
 # (benchmarks/RESULTS.md). Same float32 arithmetic, summed in another order. False turns it off.
 ONEDNN_FP32 = torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64")
 

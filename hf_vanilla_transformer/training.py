@@ -43,6 +43,7 @@ from .translation import translate
 TOKENIZER_DIR = "tokenizer"
 FINAL_MODEL_DIR = "model"
 RESULTS_FILE = "results.json"
+RECIPE_FILE = "training_recipe.json"
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,44 @@ def _check_same_run(checkpoint: Path, config: VanillaTransformerConfig) -> None:
         )
 
 
+# Recipe fields a resumed run may change: how long it goes on and how it saves and evaluates. The rest
+# shape its batches, schedule and numerics, so changing them midway would not continue the same run.
+_MAY_CHANGE_ON_RESUME = frozenset(
+    ("max_steps", "max_minutes", "save_steps", "keep_checkpoints", "average_checkpoints", "eval_steps")
+)
+
+
+# Checked elsewhere: the model against the checkpoint's config (`_check_same_run`); and a resumed run keeps
+# its own tokenizer, whatever the vocabulary size asked for.
+_NOT_THE_RECIPE = frozenset(("model_preset", "model_overrides", "vocab_size"))
+
+
+def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset) -> dict[str, Any]:
+    fields = {key: value for key, value in asdict(recipe).items() if key not in _NOT_THE_RECIPE}
+    return {"preset": settings.preset, "seed": settings.seed, **fields}
+
+
+def _check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
+    """A resumed run must train as the run it continues did: `--resume` with another preset (or another
+    batch size, warm-up, ...) would otherwise carry on silently with other batches and another schedule.
+    Folders from before the recipe was recorded are not checked."""
+    recorded_file = output_dir / RECIPE_FILE
+    if not recorded_file.is_file():
+        return
+    recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+    differences = sorted(
+        f"{key}: {recorded.get(key)!r} in the run, {record.get(key)!r} now"
+        for key in (recorded.keys() | record.keys()) - _MAY_CHANGE_ON_RESUME
+        if recorded.get(key) != record.get(key)
+    )
+    if differences:
+        raise ValueError(
+            f"Cannot resume {output_dir} with another recipe ({'; '.join(differences)}). Resume with the "
+            f"original run's settings (--preset {recorded.get('preset')} and the same flags; only "
+            f"{', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new --output-dir."
+        )
+
+
 def _same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
     return a.get_vocab() == b.get_vocab()
 
@@ -422,7 +461,13 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     recipe = settings.recipe()
     output_dir = Path(settings.output_dir)
     checkpoint = _check_resumable(output_dir, settings.resume)
+    record = _recipe_record(settings, recipe)
+    if checkpoint is not None:
+        _check_same_recipe(output_dir, record)
     state = PartialState(cpu=not torch.cuda.is_available())
+    if checkpoint is None and state.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / RECIPE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     train_pairs = _load_split(settings, settings.train, settings.train_target, settings.train_split)
     dev_pairs = _load_split(settings, settings.dev, settings.dev_target, settings.dev_split)
@@ -511,6 +556,9 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
             trainer.model.save_pretrained(final_dir)
     state.wait_for_everyone()
     model = VanillaTransformerForConditionalGeneration.from_pretrained(final_dir).to(trainer.args.device)
+    # How this run drew its dropout masks (prepare_for_cpu_bf16_training) is not part of the model it
+    # publishes: whoever fine-tunes it gets torch's masks unless they ask for these.
+    model.config.fast_dropout_masks = False
     model.generation_config = paper_generation_config(model.config)
     results: dict[str, Any] = {
         "preset": settings.preset,

@@ -4,7 +4,7 @@ config, the paper's generation config (unless the model folder has its own), tok
 lets users without this package load it with trust_remote_code=True, and the model card rendered from
 model_cards/ with the figures of the run's results.json / trainer_state.json.
 
-    python scripts/push_to_hub.py --model-dir runs/base/model --repo-id ORG/NAME \
+    python scripts/push_to_hub.py --model-dir runs/base/model --repo-id ORG/NAME \\
         [--revision BRANCH] [--private] [--card model_cards/base.md] [--max-shard-size 5GB]
 
 Log in first (`hf auth login`) or set HF_TOKEN. See docs/hub.md.

@@ -1,10 +1,10 @@
 """Train the Transformer the way the paper did (Section 5), on anything from a laptop CPU to many GPUs.
 
     python scripts/train.py --preset cpu-demo --output-dir runs/demo
-    python scripts/train.py --preset base --train wmt14 --dataset-config de-en --src-lang en --tgt-lang de \
+    python scripts/train.py --preset base --train wmt14 --dataset-config de-en --src-lang en --tgt-lang de \\
         --dev none --test none --output-dir runs/base
     accelerate launch --multi_gpu --num_processes 8 scripts/train.py --preset base ...   # one process per GPU
-    python scripts/train.py --output-dir runs/demo --resume                  # continue after a crash
+    python scripts/train.py --preset cpu-demo --output-dir runs/demo --resume   # go on after a crash
 
 Data: `--train PREFIX` reads PREFIX.<src-lang> and PREFIX.<tgt-lang>; `--train FILE --train-target FILE`
 reads two line-aligned files; a .tsv or .jsonl file, or a `datasets` name with --dataset-config, also work.

@@ -437,6 +437,11 @@ def test_every_template_placeholder_is_known() -> None:
         )
         assert "{{" not in card.text
         assert card.data.license and card.data.pipeline_tag == "translation"
+        assert "of at most the input length + 50 tokens." in card.text
+        # A converted Marian model keeps transformers' fixed bound.
+        marian_like = GenerationConfig(num_beams=4, max_length=512)
+        card = render_model_card(template, REPO_ID, config, marian_like, 1000, RunRecords())
+        assert "of at most 512 tokens." in card.text
 
 
 def test_unknown_placeholder_is_an_error() -> None:

@@ -151,15 +151,25 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path):
         assert actual[step] == pytest.approx(expected[step], rel=1e-5), step
 
 
-def test_resume_refuses_a_different_model(corpus, tmp_path):
+def test_resume_refuses_a_different_model_or_recipe(corpus, tmp_path):
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "2", "--save-steps", "2",
              "--test", "none", "--dev", "none"]  # fmt: skip
     assert run_script("train.py", "--output-dir", str(tmp_path), *flags).returncode == 0
-    changed = run_script(
-        "train.py", "--output-dir", str(tmp_path), *flags, "--resume", "--model-override", "d_ff=128"
-    )
+    resume = ["train.py", "--output-dir", str(tmp_path), *flags, "--resume"]
+    changed = run_script(*resume, "--model-override", "d_ff=128")
     assert changed.returncode != 0
     assert "encoder_ffn_dim: 64 in the checkpoint, 128 now" in changed.stderr
+    # Another preset or warm-up would carry on with other batches and another schedule.
+    other_preset = run_script(*resume, "--preset", "cpu")
+    assert other_preset.returncode != 0
+    assert "preset: 'cpu-demo' in the run, 'cpu' now" in other_preset.stderr
+    assert "--preset cpu-demo" in other_preset.stderr
+    other_warmup = run_script(*resume, "--warmup-steps", "6")
+    assert other_warmup.returncode != 0 and "warmup_steps: 5 in the run, 6 now" in other_warmup.stderr
+    # Going on for longer is what resuming is for.
+    longer = run_script(*resume, "--max-steps", "3")
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert json.loads((tmp_path / "model" / "results.json").read_text())["steps"] == 3
 
 
 def settings(corpus: Path, out: Path, **overrides) -> TrainingSettings:
@@ -191,16 +201,16 @@ def test_bad_input_gets_clear_errors(corpus, tmp_path):
 
 def test_bf16_on_a_cpu_trains_with_eager_attention_and_fast_dropout_masks(corpus, tmp_path, monkeypatch):
     prepared = []
-    monkeypatch.setattr(training, "prepare_for_cpu_bf16_training", prepared.append)
-    assert run_training(settings(corpus, tmp_path, bf16=True))["bf16_autocast"]
-    assert len(prepared) == 1
+    prepare = training.prepare_for_cpu_bf16_training
+    monkeypatch.setattr(training, "prepare_for_cpu_bf16_training", lambda m: (prepared.append(m), prepare(m)))
+    results = run_training(settings(corpus, tmp_path, bf16=True))
+    assert results["bf16_autocast"] and len(prepared) == 1
+    assert prepared[0].config._attn_implementation == "eager" and prepared[0].config.fast_dropout_masks
+    # How the run drew its dropout masks is not part of the model it publishes.
+    saved = json.loads((Path(results["model_dir"]) / "config.json").read_text())
+    assert saved.get("fast_dropout_masks", False) is False
     assert not run_training(settings(corpus, tmp_path / "fp32", bf16=False))["bf16_autocast"]
     assert len(prepared) == 1  # not in float32
-
-    model = prepared[0]
-    monkeypatch.undo()
-    training.prepare_for_cpu_bf16_training(model)
-    assert model.config._attn_implementation == "eager" and model.config.fast_dropout_masks
 
 
 def test_two_process_launch(corpus, tmp_path):
