@@ -297,18 +297,24 @@ _NOT_THE_MODEL = frozenset(
 )
 
 
+def _differences(saved: dict[str, Any], current: dict[str, Any], ignored: frozenset[str], where: str) -> str:
+    """'key: saved in <where>, current now' for every key whose value differs, joined with '; '."""
+    return "; ".join(
+        sorted(
+            f"{key}: {saved.get(key)!r} in {where}, {current.get(key)!r} now"
+            for key in (saved.keys() | current.keys()) - ignored
+            if saved.get(key) != current.get(key)
+        )
+    )
+
+
 def _check_same_run(checkpoint: Path, config: VanillaTransformerConfig) -> None:
     """A resumed run must build the same model it saved: otherwise the weights cannot be loaded."""
     saved = VanillaTransformerConfig.from_pretrained(checkpoint).to_diff_dict()
-    current = config.to_diff_dict()
-    differences = sorted(
-        f"{key}: {saved.get(key)!r} in the checkpoint, {current.get(key)!r} now"
-        for key in (saved.keys() | current.keys()) - _NOT_THE_MODEL
-        if saved.get(key) != current.get(key)
-    )
+    differences = _differences(saved, config.to_diff_dict(), _NOT_THE_MODEL, "the checkpoint")
     if differences:
         raise ValueError(
-            f"Cannot resume from {checkpoint}: its model differs from this run's ({'; '.join(differences)}). "
+            f"Cannot resume from {checkpoint}: its model differs from this run's ({differences}). "
             "Resume with the settings of the original run, or start a new --output-dir."
         )
 
@@ -338,14 +344,10 @@ def _check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
     if not recorded_file.is_file():
         return
     recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
-    differences = sorted(
-        f"{key}: {recorded.get(key)!r} in the run, {record.get(key)!r} now"
-        for key in (recorded.keys() | record.keys()) - _MAY_CHANGE_ON_RESUME
-        if recorded.get(key) != record.get(key)
-    )
+    differences = _differences(recorded, record, _MAY_CHANGE_ON_RESUME, "the run")
     if differences:
         raise ValueError(
-            f"Cannot resume {output_dir} with another recipe ({'; '.join(differences)}). Resume with the "
+            f"Cannot resume {output_dir} with another recipe ({differences}). Resume with the "
             f"original run's settings (--preset {recorded.get('preset')} and the same flags; only "
             f"{', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new --output-dir."
         )
