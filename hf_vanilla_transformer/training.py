@@ -4,8 +4,9 @@
   accumulation making up for fewer devices than the paper's 8 GPUs.
 - Adam(0.9, 0.98, 1e-9) with the warm-up / inverse-square-root learning rate (Section 5.3).
 - Label smoothing and dropout from the model config (Section 5.4).
-- Checkpoints every `save_steps`, the last K kept, resumable after a crash; the last K averaged into the
-  final model (Section 6.1), which is then evaluated with the paper's beam search and sacreBLEU.
+- Checkpoints every `save_steps`, the last K kept, resumable after a crash (with the same model and
+  recipe, recorded in `training_recipe.json`); the last K averaged into the final model (Section 6.1),
+  which is then evaluated with the paper's beam search and sacreBLEU.
 
 `run_training` is what `scripts/train.py` calls; tests call it too.
 """
