@@ -163,8 +163,13 @@ def _is_plain_linear(module: nn.Module) -> bool:
 ONEDNN_FP32 = torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64")
 
 
-def _onednn_linear(rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b through oneDNN, for x of any leading shape. The result is returned as torch's matmul
+    returns N-d products (`_unsafe_view`): the same storage, but not an autograd view of the rows, since
+    an in-place op on a view (the logits bias, say) makes autograd rebuild the whole base tensor in the
+    backward pass (zero-filled, then copied), which took 1.7 s of a 13.8 s float32 step at base size."""
+    out = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), weight, bias, "none", [], "")
+    return torch.ops.aten._unsafe_view(out, (*x.shape[:-1], out.shape[-1]))
 
 
 # Inside a generate() call (`_weights_fixed_for_decoding`), the copies made from its fixed weights:
@@ -197,32 +202,24 @@ def _decoding_weight(weight: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 class _OneDNNLinear(torch.autograd.Function):
-    """x W^T + b with oneDNN products forward and backward (torch has no oneDNN float32 autograd path).
-
-    The output is not an autograd view of the product's rows: an in-place op on a view (the logits bias,
-    say) makes autograd rebuild the whole base tensor in the backward pass (zero-filled, then copied),
-    which took 1.7 s of a 13.8 s float32 step at base size."""
+    """x W^T + b with oneDNN products forward and backward (torch has no oneDNN float32 autograd path)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1])
-        ctx.save_for_backward(rows, weight)
-        ctx.has_bias, ctx.input_shape = bias is not None, x.shape
-        # _unsafe_view, as torch's matmul does for N-d inputs: the same storage, but not an autograd view.
-        out = _onednn_linear(rows, weight, bias)
-        return torch.ops.aten._unsafe_view(out, (*x.shape[:-1], weight.shape[0]))
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn_linear(x, weight, bias)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        rows, weight = ctx.saved_tensors
-        grad = grad.reshape(-1, grad.shape[-1]).contiguous()
-        grad_rows = None
-        if ctx.needs_input_grad[0]:
-            grad_rows = _onednn_linear(grad, weight.t().contiguous(), None).view(ctx.input_shape)
-        grad_weight = grad.t().mm(rows) if ctx.needs_input_grad[1] else None
-        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_rows, grad_weight, grad_bias
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = _onednn_linear(grad, weight.t().contiguous(), None) if ctx.needs_input_grad[0] else None
+        grad_rows = grad.view(-1, grad.shape[-1])
+        grad_weight = grad_rows.t().mm(x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None
+        grad_bias = grad_rows.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -240,9 +237,7 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
         )
         if needs_grad:
             return _OneDNNLinear.apply(x, weight, bias)
-        rows = x.reshape(-1, x.shape[-1])
-        out = _onednn_linear(rows, _decoding_weight(weight, rows.shape[0]), bias)
-        return out.view(*x.shape[:-1], weight.shape[0])
+        return _onednn_linear(x, _decoding_weight(weight, x.numel() // x.shape[-1]), bias)
     return nn.functional.linear(x, weight, bias)
 
 
