@@ -16,6 +16,7 @@ reports how far the loss curves are apart.
 """
 
 import argparse
+import contextlib
 import copy
 import math
 import statistics
@@ -43,7 +44,7 @@ from _common import (  # noqa: E402
 )
 
 from hf_vanilla_transformer.schedule import build_paper_optimizer  # noqa: E402
-from hf_vanilla_transformer.training import prepare_for_cpu_bf16_training  # noqa: E402
+from hf_vanilla_transformer.training import cpu_bf16_training  # noqa: E402
 
 # One process compiles several models and modes: more than torch's default of 8 graphs per function.
 torch._dynamo.config.recompile_limit = 64
@@ -51,7 +52,7 @@ torch._dynamo.config.accumulated_recompile_limit = 512
 
 MODES = ("fp32-eager", "bf16-eager", "fp32-compile", "bf16-compile")
 # Ours only, against Marian's fp32-eager: bf16 autocast as scripts/train.py runs it on a CPU
-# (`prepare_for_cpu_bf16_training`: eager attention and fast dropout masks) with the fused Adam.
+# (`cpu_bf16_training`: eager attention and fast dropout masks) with the fused Adam.
 FAST_MODES = ("bf16-eager-attn_eager", "bf16-compile-attn_eager")
 
 
@@ -101,6 +102,13 @@ class Trainee:
 
 
 def bench_size(name: str, size: Size, args: argparse.Namespace, peaks: dict[str, float]) -> dict:
+    with contextlib.ExitStack() as stack:
+        return _bench_size(name, size, args, peaks, stack)
+
+
+def _bench_size(
+    name: str, size: Size, args: argparse.Namespace, peaks: dict[str, float], stack: contextlib.ExitStack
+) -> dict:
     torch._dynamo.reset()
     marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
     ours.config.label_smoothing = args.label_smoothing  # Marian's loss has none: like for like
@@ -110,7 +118,7 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, peaks: dict[str,
     fast_modes = [m for m in FAST_MODES if m in args.fast_modes]
     if fast_modes:
         fast = copy.deepcopy(ours)
-        prepare_for_cpu_bf16_training(fast)
+        stack.enter_context(cpu_bf16_training(fast))
         # The fastest mode we offer trains with the library's optimizer (fused Adam).
         trainees["ours-fast"] = Trainee(fast, optimizer=build_paper_optimizer(fast, lr=1e-4))
         variants += [("ours-fast", mode) for mode in fast_modes]
@@ -193,16 +201,15 @@ def loss_curves(size: Size, steps: int, batch: int, length: int, fastest: str, a
         torch._dynamo.reset()
         marian, ours = model_pair(size, seed=0, dropout=0.1, attn=attn)
         ours.config.label_smoothing = 0.0
-        if mode.endswith("attn_eager"):
-            prepare_for_cpu_bf16_training(ours)
         trainee = Trainee(marian if which == "marian" else ours, lr=5e-4)
         precision, how = mode.split("-")[:2]
         losses = []
-        for step in range(steps):
-            torch.manual_seed(1000 + step)  # the same dropout masks for both models
-            losses.append(
-                trainee.step(copy_task_batch(size, batch, length, step), precision, how == "compile")
-            )
+        with cpu_bf16_training(ours) if mode.endswith("attn_eager") else contextlib.nullcontext():
+            for step in range(steps):
+                torch.manual_seed(1000 + step)  # the same dropout masks for both models
+                losses.append(
+                    trainee.step(copy_task_batch(size, batch, length, step), precision, how == "compile")
+                )
         curves[label] = losses
         print(f"  loss curve {label}: first {losses[0]:.4f} last {losses[-1]:.4f}", file=sys.stderr)
 

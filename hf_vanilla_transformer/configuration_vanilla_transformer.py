@@ -79,12 +79,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
             of embeddings and positional encodings (Section 5.4).
         attention_dropout: dropout on the attention probabilities (not in the paper; 0 by default).
         activation_dropout: dropout after the feed-forward ReLU (not in the paper; 0 by default).
-        fast_dropout_masks: draw dropout masks on CPU from 32 random bits per element, two elements per
-            64-bit draw of torch's generator, instead of torch's per-element `bernoulli_` (about 3x
-            faster per mask; a bf16 training step at base size on CPU 1.09x faster in an A/B). Same keep
-            probability (to 2^-32) and still reproducible from torch's seed, but the masks differ from
-            `nn.functional.dropout`'s for that seed. Off by default; `scripts/train.py` turns it on where
-            it trains in bf16 on a CPU, and off again in the model it saves at the end.
         activation_function: the feed-forward nonlinearity; "relu" is Eq. 2's max(0, .).
         label_smoothing: eps_ls of Section 5.4.
         layer_norm_eps: the epsilon of every LayerNorm.
@@ -95,7 +89,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
             weights trained by those implementations exactly.
         scale_embedding: multiply the embeddings by sqrt(d_model) (Section 3.4).
         share_encoder_decoder_embeddings: one embedding matrix for source and target tokens (Section 3.4).
-        tie_word_embeddings: tie the target embedding to the pre-softmax projection (Section 3.4).
+        tie_word_embeddings: tie the target embedding to the pre-softmax projection (Section 3.4). In
+            transformers 5 it turns every tie on or off, so sharing needs it too.
         output_bias: add a learned bias to the logits (Marian's `final_logits_bias`); not in the paper.
         init_std: std of the normal used to initialise embeddings; defaults to d_model^-0.5.
     """
@@ -122,7 +117,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    fast_dropout_masks: bool = False
     activation_function: str = "relu"
     label_smoothing: float = 0.1
     layer_norm_eps: float = 1e-5
@@ -232,8 +226,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
-        if not isinstance(self.fast_dropout_masks, bool):
-            raise ValueError(f"fast_dropout_masks must be True or False, got {self.fast_dropout_masks!r}.")
+        if self.share_encoder_decoder_embeddings and not self.tie_word_embeddings:
+            raise ValueError(
+                "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True: in transformers 5 the "
+                "latter turns every tie on or off. Set both, or share_encoder_decoder_embeddings=False."
+            )
         if self.init_std is not None and self.init_std <= 0:
             raise ValueError(f"init_std must be positive or None (d_model^-0.5), got {self.init_std!r}.")
         if self.layer_norm_eps <= 0:

@@ -14,6 +14,8 @@
 import json
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -34,6 +36,7 @@ from transformers.trainer_utils import seed_worker
 from .averaging import average_checkpoints, last_checkpoints
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
 from .evaluation import corpus_bleu
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, paper_generation_config
@@ -240,12 +243,19 @@ def _bf16_is_fast() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def prepare_for_cpu_bf16_training(model: VanillaTransformerForConditionalGeneration) -> None:
-    """The fastest way we know to train in bf16 autocast on a CPU (benchmarks/RESULTS.md): eager attention,
-    whose backward there is several times faster than SDPA's at these sequence lengths, and dropout masks
-    from `fast_dropout_masks`: torch's per-element `bernoulli_` masks are ~10% of a step, these ~3%."""
+@contextmanager
+def cpu_bf16_training(model: VanillaTransformerForConditionalGeneration) -> Iterator[None]:
+    """Within the block, the fastest way we know to train in bf16 autocast on a CPU (benchmarks/RESULTS.md):
+    eager attention, whose backward there is much faster than SDPA's at these sequence lengths, and dropout
+    masks from `cpu_speedups.fast_dropout_masks`. Both are undone on the way out, so the model saved at
+    the end is the same model whichever way it was trained."""
+    attention = model.config._attn_implementation
     model.set_attn_implementation("eager")
-    model.config.fast_dropout_masks = True
+    try:
+        with fast_dropout_masks(model):
+            yield
+    finally:
+        model.set_attn_implementation(attention)
 
 
 def _accumulation_steps(recipe: TrainingPreset, world_size: int) -> int:
@@ -284,7 +294,7 @@ def _check_resumable(output_dir: Path, resume: bool) -> Path | None:
 
 
 # Config keys that say how a run was saved or runs, not which model it builds: a resumed run may differ in
-# them (fast_dropout_masks is set again by each run, after this check).
+# them (fast_dropout_masks is a run-time switch that some saved configs carry).
 _NOT_THE_MODEL = frozenset(
     (
         "architectures",
@@ -497,8 +507,6 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     accumulation = _accumulation_steps(recipe, state.num_processes)
     # An explicit --bf16 / --no-bf16 wins; a preset's bf16 applies only where it is fast.
     use_bf16 = settings.bf16 if settings.bf16 is not None else recipe.bf16 and _bf16_is_fast()
-    if use_bf16 and not torch.cuda.is_available():
-        prepare_for_cpu_bf16_training(model)
     args = Seq2SeqTrainingArguments(
         output_dir=str(output_dir),
         max_steps=recipe.max_steps,
@@ -542,7 +550,8 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
             flush=True,
         )
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    with cpu_bf16_training(model) if use_bf16 and not torch.cuda.is_available() else nullcontext():
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     train_seconds = time.perf_counter() - started - progress.eval_seconds
     counted = torch.tensor(trainer.train_collator.target_tokens, device=trainer.args.device)
     target_tokens = int(trainer.accelerator.reduce(counted, "sum"))
@@ -559,9 +568,6 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
             trainer.model.save_pretrained(final_dir)
     state.wait_for_everyone()
     model = VanillaTransformerForConditionalGeneration.from_pretrained(final_dir).to(trainer.args.device)
-    # How this run drew its dropout masks (prepare_for_cpu_bf16_training) is not part of the model it
-    # publishes: whoever fine-tunes it gets torch's masks unless they ask for these.
-    model.config.fast_dropout_masks = False
     model.generation_config = paper_generation_config(model.config)
     results: dict[str, Any] = {
         "preset": settings.preset,

@@ -1,6 +1,7 @@
 """Translating many sentences: batches of similar length, the model's own decoding rules, progress; and
 int8 dynamic quantization for faster decoding on CPUs."""
 
+import copy
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .cpu_speedups import with_nn_linear_layers
 from .translation_pipeline import find_target_tokenizer
 
 
@@ -76,5 +78,6 @@ def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
         # torch marks torch.ao quantization deprecated in favour of torchao; it works in the torch we pin.
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*quantiz.*deprecated", category=UserWarning)
-        # Not in place: quantize_dynamic quantizes (and sets to eval mode) a deep copy.
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        # A copy, with plain nn.Linear layers: quantize_dynamic matches module types exactly.
+        plain = with_nn_linear_layers(copy.deepcopy(model))
+        return torch.ao.quantization.quantize_dynamic(plain, {nn.Linear}, dtype=torch.qint8, inplace=True)

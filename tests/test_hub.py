@@ -76,6 +76,8 @@ MAIN_FILES = {
     "generation_config.json",
     "model.safetensors",
     "modeling_vanilla_transformer.py",
+    "generation_vanilla_transformer.py",
+    "cpu_speedups.py",
     "tokenizer.json",
     "tokenizer_config.json",
     "translation_pipeline.py",

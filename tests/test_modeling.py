@@ -4,10 +4,9 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_config, tiny_model
+from conftest import tiny_model
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
-from hf_vanilla_transformer import modeling_vanilla_transformer as modeling
 from hf_vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy
 
 BOS, PAD, EOS = 0, 1, 2
@@ -249,36 +248,6 @@ def test_generation_with_cache_equals_without(num_beams):
     assert torch.equal(cached, uncached)
 
 
-def test_beam_reordering_fills_a_free_position_and_equals_plain_reordering(monkeypatch):
-    """Beam search reorders the self-attention cache into buffers with one free position, which the next
-    step fills instead of concatenating: same scores and sequences as transformers' own reordering."""
-    from transformers.cache_utils import DynamicLayer
-
-    model = tiny_model(seed=2)
-    src, _ = random_batch()
-    kwargs = dict(max_new_tokens=10, num_beams=4, num_return_sequences=4, output_scores=True)
-    kwargs["return_dict_in_generate"] = True
-    updates: list[int] = []
-    original_update = DynamicLayer.update
-
-    def counted_update(self, *args, **kw):
-        updates.append(1)
-        return original_update(self, *args, **kw)
-
-    monkeypatch.setattr(DynamicLayer, "update", counted_update)
-    filled = model.generate(input_ids=src, **kwargs)
-    layers = model.config.decoder_layers
-    # Only the first step concatenates: into each self-attention and each cross-attention layer.
-    assert len(updates) == 2 * layers
-    plain_reorder = lambda layer, beam_idx: layer.reorder_cache(beam_idx)  # noqa: E731
-    monkeypatch.setattr(modeling, "_reorder_with_a_free_position", plain_reorder)
-    plain = model.generate(input_ids=src, **kwargs)
-    # transformers' way: the first step as above, then 9 more steps concatenating into self-attention.
-    assert len(updates) == 2 * layers + (2 * layers + 9 * layers)
-    assert torch.equal(filled.sequences, plain.sequences)
-    torch.testing.assert_close(filled.sequences_scores, plain.sequences_scores, rtol=0, atol=0)
-
-
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_static_cache_equals_dynamic(num_beams):
     model = tiny_model()
@@ -334,29 +303,6 @@ def test_label_smoothed_loss_equals_hand_computation():
     assert label_smoothed_cross_entropy(logits, labels, eps).item() == pytest.approx(total / count, rel=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunked_loss_and_gradient_equal_torch_cross_entropy(monkeypatch, dtype):
-    vocab = 50
-    # 3 rows per chunk: 10 positions make chunks of 3, 3, 3 and 1, with ignored positions across a boundary.
-    monkeypatch.setattr(modeling, "_CROSS_ENTROPY_CHUNK_BYTES", 3 * 4 * vocab)
-    assert modeling._chunk_rows(vocab) == 3
-    generator = torch.Generator().manual_seed(0)
-    logits = torch.randn(2, 5, vocab, generator=generator).to(dtype).requires_grad_()
-    labels = torch.randint(0, vocab, (2, 5), generator=generator)
-    labels[0, 2:4] = -100
-    loss = label_smoothed_cross_entropy(logits, labels, 0.1)
-    loss.backward()
-    reference_logits = logits.detach().float().requires_grad_()
-    reference = torch.nn.functional.cross_entropy(
-        reference_logits.view(-1, vocab), labels.view(-1), ignore_index=-100, label_smoothing=0.1
-    )
-    reference.backward()
-    torch.testing.assert_close(loss, reference)
-    assert logits.grad.dtype == dtype
-    torch.testing.assert_close(logits.grad, reference_logits.grad.to(dtype))
-    assert (logits.grad[0, 2:4] == 0).all()
-
-
 def test_model_loss_uses_config_label_smoothing_and_shifts_labels():
     model = tiny_model(eps_ls=0.2)
     src, tgt = random_batch()
@@ -393,7 +339,7 @@ def test_gradient_accumulation_equals_one_big_batch():
 
 
 # With dropout, the recomputation must draw the same masks: checkpointing restores torch's RNG state.
-@pytest.mark.parametrize("overrides", [{"P_drop": 0.0}, {"P_drop": 0.3, "fast_dropout_masks": True}])
+@pytest.mark.parametrize("overrides", [{"P_drop": 0.0}, {"P_drop": 0.3}])
 def test_gradient_checkpointing_gives_the_same_gradients(overrides):
     src, tgt = random_batch()
     grads, ffn_calls = [], []
@@ -412,156 +358,6 @@ def test_gradient_checkpointing_gives_the_same_gradients(overrides):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
-def test_fast_dropout_masks_keep_one_minus_p_and_scale_like_dropout(p):
-    """Inverted dropout (Section 5.4): kept elements are x / (1 - p), dropped ones 0, the gradient is the
-    same mask; each element is kept with probability 1 - p, independently of its neighbour drawn from the
-    same 64-bit integer; the masks follow torch's seed."""
-    dropout = modeling.VanillaTransformerDropout(tiny_config(fast_dropout_masks=True), p).train()
-    x = torch.randn(63, 33, 97, requires_grad=True)  # an odd element count: half of the last draw unused
-    torch.manual_seed(1)
-    out = dropout(x)
-    kept = out != 0
-    count = x.numel()
-    assert abs(kept.double().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / count)
-    pairs = kept.flatten()[: count - 1].view(-1, 2)  # the two halves of each draw
-    both = pairs.all(dim=1).double().mean().item()
-    assert abs(both - (1 - p) ** 2) < 5 * math.sqrt((1 - p) ** 2 * (1 - (1 - p) ** 2) / pairs.shape[0])
-    torch.testing.assert_close(out[kept], x[kept] / (1 - p))
-    out.backward(torch.ones_like(out))
-    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
-    torch.manual_seed(1)
-    assert torch.equal(dropout(x), out)
-    assert not torch.equal(dropout(x), out)
-    assert torch.equal(dropout.eval()(x), x)
-
-
-def test_fast_dropout_masks_are_used_by_the_model_in_training_only():
-    src, tgt = random_batch()
-    losses = {}
-    for fast in (False, True):
-        model = tiny_model(seed=3, dropout=0.3).train()
-        model.config.fast_dropout_masks = fast  # read at each call, like the attention implementation
-        torch.manual_seed(7)
-        losses[fast] = model(input_ids=src, labels=tgt).loss
-        losses[fast].backward()
-        assert all(p.grad is not None and p.grad.isfinite().all() for p in model.parameters())
-        model.eval()
-        losses[fast, "eval"] = model(input_ids=src, labels=tgt).loss
-    assert losses[True] != losses[False]  # other masks for the same seed: the fast path was taken
-    torch.testing.assert_close(losses[True, "eval"], losses[False, "eval"])
-    with pytest.raises(ValueError, match="fast_dropout_masks must be True or False"):
-        tiny_config(fast_dropout_masks="yes")
-
-
-def _grad_fn_names(output: torch.Tensor) -> set[str]:
-    seen, stack = set(), [output.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is not None and node not in seen:
-            seen.add(node)
-            stack.extend(next_node for next_node, _ in node.next_functions)
-    return {type(node).__name__ for node in seen}
-
-
-@pytest.mark.skipif(not modeling.ONEDNN_FP32, reason="the oneDNN float32 path is taken on x86 CPUs only")
-@pytest.mark.parametrize("bias", [True, False])
-def test_onednn_linear_matches_torch_forward_and_backward(bias):
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(3, 5, 16, generator=generator, requires_grad=True)
-    weight = torch.randn(24, 16, generator=generator, requires_grad=True)
-    b = torch.randn(24, generator=generator, requires_grad=True) if bias else None
-    out = modeling._linear(x, weight, b)
-    assert "_OneDNNLinearBackward" in _grad_fn_names(out)
-    upstream = torch.randn(out.shape, generator=generator)
-    out.backward(upstream)
-    reference = [t.detach().clone().requires_grad_() for t in (x, weight, b) if t is not None]
-    expected = torch.nn.functional.linear(*reference[:2], reference[2] if bias else None)
-    expected.backward(upstream)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    for ours, theirs in zip([t for t in (x, weight, b) if t is not None], reference):
-        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.skipif(not modeling.ONEDNN_FP32, reason="the oneDNN float32 path is taken on x86 CPUs only")
-@pytest.mark.parametrize("output_bias", [False, True])
-def test_onednn_training_step_equals_torch_linear(monkeypatch, output_bias):
-    """A float32 training step through oneDNN gives torch's loss and gradients; autocast is left alone."""
-    src, tgt = random_batch()
-
-    def loss_and_grads(use_onednn: bool):
-        monkeypatch.setattr(modeling, "ONEDNN_FP32", use_onednn)
-        model = tiny_model(seed=3, output_bias=output_bias).train()
-        if output_bias:
-            model.final_logits_bias.normal_(generator=torch.Generator().manual_seed(5))
-        torch.manual_seed(7)  # the same dropout masks
-        loss = model(input_ids=src, labels=tgt).loss
-        loss.backward()
-        return loss, {name: p.grad for name, p in model.named_parameters()}, _grad_fn_names(loss)
-
-    loss, grads, names = loss_and_grads(True)
-    expected_loss, expected_grads, expected_names = loss_and_grads(False)
-    assert "_OneDNNLinearBackward" in names and "_OneDNNLinearBackward" not in expected_names
-    # The logits bias is added in place to the product's output, which must not be an autograd view:
-    # autograd would then rebuild the whole logits tensor in the backward pass (CopySlices).
-    assert "CopySlices" not in names
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
-    for name, grad in expected_grads.items():
-        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
-
-    monkeypatch.setattr(modeling, "ONEDNN_FP32", True)
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 autocast still computes in bf16
-        assert modeling._linear(torch.randn(2, 8), torch.randn(4, 8), None).dtype == torch.bfloat16
-
-
-@pytest.mark.skipif(not modeling.ONEDNN_FP32, reason="the oneDNN float32 path is taken on x86 CPUs only")
-def test_decoding_packs_weights_at_second_use_and_keeps_nothing():
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(4, 7, 16, generator=generator)
-    weight, bias = torch.randn(24, 16, generator=generator), torch.randn(24, generator=generator)
-    expected = torch.nn.functional.linear(x, weight, bias)
-    attention = tiny_model().model.decoder.layers[0].self_attn
-    with pytest.raises(RuntimeError, match="stop"), modeling._weights_fixed_for_decoding():
-        outputs = [modeling._linear(x, weight, bias) for _ in range(3)]
-        held, packed = modeling._FIXED_WEIGHT_COPIES.get()["packed", id(weight)]
-        assert held is weight and packed.layout == torch._mkldnn
-        one_row = [modeling._linear(x[:1, :1], weight.clone(), bias) for _ in range(3)]
-        many_rows, big_weight = x.repeat(4, 4, 1), weight.clone()  # 112 rows
-        for _ in range(3):
-            modeling._linear(many_rows, big_weight, bias)
-        with torch.no_grad():
-            stacked = attention._stacked_qkv_parameters()
-            assert attention._stacked_qkv_parameters() is stacked  # stacked once per call
-        with torch.enable_grad():  # a step that may train makes its own stack
-            assert attention._stacked_qkv_parameters() is not stacked
-        # neither one row nor over 64 rows are packed
-        assert sorted(modeling._FIXED_WEIGHT_COPIES.get()) == sorted(
-            [("packed", id(weight)), ("qkv", id(attention))]
-        )
-        raise RuntimeError("stop")  # the copies go, however the call ends
-    assert modeling._FIXED_WEIGHT_COPIES.get() is None
-    with torch.no_grad():
-        assert attention._stacked_qkv_parameters() is not attention._stacked_qkv_parameters()
-    for out in outputs:
-        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
-    for out in one_row:
-        torch.testing.assert_close(out, expected[:1, :1], rtol=1e-5, atol=1e-5)
-
-
-def test_single_query_attention_equals_sdpa():
-    """A decoding step's attention (one query row, SDPA's boolean masks) computed with plain matmuls."""
-    generator = torch.Generator().manual_seed(0)
-    query = torch.randn(3, 4, 1, 8, generator=generator)
-    key, value = torch.randn(2, 3, 4, 11, 8, generator=generator)
-    mask = torch.ones(3, 1, 1, 11, dtype=torch.bool)
-    mask[0, ..., 7:] = False
-    module = torch.nn.Module().eval()
-    for attention_mask in (mask, None):
-        out, _ = modeling.single_query_attention_forward(module, query, key, value, attention_mask, 8**-0.5)
-        expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attention_mask)
-        torch.testing.assert_close(out, expected.transpose(1, 2))
-
-
 def test_a_model_on_sdpa_returns_attention_weights_for_no_step():
     """SDPA gives no weights, so the decoding steps' matmul path must not give some of them either."""
     model = tiny_model(seed=1)
@@ -572,25 +368,6 @@ def test_a_model_on_sdpa_returns_attention_weights_for_no_step():
     )
     steps = [*out.decoder_attentions, *out.cross_attentions]
     assert len(steps) == 6 and all(weights is None for step in steps for weights in step)
-
-
-@pytest.mark.parametrize("num_beams", [1, 4])
-def test_sdpa_generation_takes_single_query_attention_and_equals_eager(monkeypatch, num_beams):
-    calls = []
-    original = modeling.single_query_attention_forward
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(modeling, "single_query_attention_forward", counted)
-    src, _ = random_batch()
-    mask = torch.ones_like(src)
-    mask[1, 4:] = 0  # the cross-attention mask of a decoding step is a boolean one under SDPA
-    kwargs = dict(input_ids=src, attention_mask=mask, max_new_tokens=8, num_beams=num_beams)
-    sdpa = tiny_model(attn_implementation="sdpa").generate(**kwargs)
-    assert calls  # the decoding steps took it
-    assert torch.equal(sdpa, tiny_model(attn_implementation="eager").generate(**kwargs))
 
 
 def test_inference_sees_updates_that_leave_version_counters_alone():

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from conftest import REPO_ROOT
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, training
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups, training
 from hf_vanilla_transformer.training import TrainingSettings, run_training
 
 TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-override", "h=2",
@@ -200,17 +201,25 @@ def test_bad_input_gets_clear_errors(corpus, tmp_path):
 
 
 def test_bf16_on_a_cpu_trains_with_eager_attention_and_fast_dropout_masks(corpus, tmp_path, monkeypatch):
-    prepared = []
-    prepare = training.prepare_for_cpu_bf16_training
-    monkeypatch.setattr(training, "prepare_for_cpu_bf16_training", lambda m: (prepared.append(m), prepare(m)))
+    seen = []
+    original = training.cpu_bf16_training
+
+    @contextmanager
+    def recording(model):
+        with original(model):
+            fast_masks = any(isinstance(m, cpu_speedups.FastMaskDropout) for m in model.modules())
+            seen.append((model.config._attn_implementation, fast_masks))
+            yield
+        assert not any(isinstance(m, cpu_speedups.FastMaskDropout) for m in model.modules())
+
+    monkeypatch.setattr(training, "cpu_bf16_training", recording)
     results = run_training(settings(corpus, tmp_path, bf16=True))
-    assert results["bf16_autocast"] and len(prepared) == 1
-    assert prepared[0].config._attn_implementation == "eager" and prepared[0].config.fast_dropout_masks
+    assert results["bf16_autocast"] and seen == [("eager", True)]
     # How the run drew its dropout masks is not part of the model it publishes.
     saved = json.loads((Path(results["model_dir"]) / "config.json").read_text())
-    assert saved.get("fast_dropout_masks", False) is False
+    assert "fast_dropout_masks" not in saved
     assert not run_training(settings(corpus, tmp_path / "fp32", bf16=False))["bf16_autocast"]
-    assert len(prepared) == 1  # not in float32
+    assert len(seen) == 1  # not in float32
 
 
 def test_two_process_launch(corpus, tmp_path):

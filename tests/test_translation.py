@@ -13,7 +13,7 @@ def test_int8_copy_quantizes_every_projection_and_stays_close():
     model = tiny_model().eval()
     before = {name: p.clone() for name, p in model.state_dict().items()}
     quantized = quantize_int8(model)
-    assert not [name for name, m in quantized.named_modules() if type(m) is nn.Linear]
+    assert not [name for name, m in quantized.named_modules() if isinstance(m, nn.Linear)]
     assert isinstance(quantized.lm_head, torch.ao.nn.quantized.dynamic.Linear)
     for name, value in model.state_dict().items():  # the original is untouched
         assert torch.equal(value, before[name]), name

@@ -1,0 +1,317 @@
+"""The CPU speed-ups (`cpu_speedups`) against the plain torch code they stand in for: the same outputs,
+losses and gradients up to float rounding, applied only where they are meant to apply, and off with
+`cpu_speedups.ENABLED = False`."""
+
+import math
+import threading
+
+import pytest
+import torch
+from conftest import tiny_model
+from torch import nn
+from transformers.cache_utils import DynamicLayer
+
+from hf_vanilla_transformer import cpu_speedups
+from hf_vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy
+
+ONEDNN = pytest.mark.skipif(not cpu_speedups._X86_ONEDNN, reason="the oneDNN path is taken on x86 CPUs only")
+
+
+def random_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, vocab: int = 64, seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (batch, src_len), generator=generator)
+    tgt = torch.randint(4, vocab, (batch, tgt_len), generator=generator)
+    return src, tgt
+
+
+def grad_fn_names(output: torch.Tensor) -> set[str]:
+    seen, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
+def training_step(monkeypatch, enabled: bool, **overrides):
+    """Loss, gradients and autograd node names of one training step of the same model and dropout masks."""
+    monkeypatch.setattr(cpu_speedups, "ENABLED", enabled)
+    src, tgt = random_batch()
+    model = tiny_model(seed=3, **overrides).train()
+    if model.config.output_bias:
+        model.final_logits_bias.normal_(generator=torch.Generator().manual_seed(5))
+    torch.manual_seed(7)
+    loss = model(input_ids=src, labels=tgt).loss
+    loss.backward()
+    return loss, {name: p.grad for name, p in model.named_parameters()}, grad_fn_names(loss)
+
+
+@pytest.mark.parametrize("output_bias", [False, True])
+def test_training_step_with_and_without_speedups(monkeypatch, output_bias):
+    loss, grads, names = training_step(monkeypatch, True, output_bias=output_bias)
+    expected_loss, expected_grads, expected_names = training_step(monkeypatch, False, output_bias=output_bias)
+    assert "_SmoothedCrossEntropySumBackward" in names
+    assert not any(name.startswith(("_SmoothedCrossEntropy", "_OneDNN")) for name in expected_names)
+    if cpu_speedups._X86_ONEDNN:
+        assert "_OneDNNLinearFunctionBackward" in names
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_generation_with_and_without_speedups(monkeypatch, num_beams):
+    """fp32 greedy and beam search give the same tokens and scores with the speed-ups and without."""
+    src, _ = random_batch(batch=5)
+    mask = torch.ones_like(src)
+    mask[1, 4:] = 0
+    kwargs = dict(input_ids=src, attention_mask=mask, max_new_tokens=12, num_beams=num_beams)
+    kwargs.update(output_scores=True, return_dict_in_generate=True)
+    model = tiny_model(seed=2, attn_implementation="sdpa")
+    monkeypatch.setattr(cpu_speedups, "ENABLED", False)
+    plain = model.generate(**kwargs)
+    monkeypatch.setattr(cpu_speedups, "ENABLED", True)
+    fast = model.generate(**kwargs)
+    assert torch.equal(fast.sequences, plain.sequences)
+    for ours, theirs in zip(fast.scores, plain.scores):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+@ONEDNN
+@pytest.mark.parametrize("bias", [True, False])
+def test_cpu_linear_matches_nn_linear_forward_backward_and_double_backward(bias):
+    generator = torch.Generator().manual_seed(0)
+    fast = cpu_speedups.CPULinear(16, 24, bias=bias)
+    plain = nn.Linear(16, 24, bias=bias)
+    plain.load_state_dict(fast.state_dict())
+    x = torch.randn(3, 5, 16, generator=generator, requires_grad=True)
+    x_plain = x.detach().clone().requires_grad_()
+    out, expected = fast(x), plain(x_plain)
+    assert "_OneDNNLinearFunctionBackward" in grad_fn_names(out)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    # A gradient penalty needs the gradient's own graph (double backward).
+    grads = torch.autograd.grad(out.square().sum(), [x, fast.weight], create_graph=True)
+    grads_plain = torch.autograd.grad(expected.square().sum(), [x_plain, plain.weight], create_graph=True)
+    for ours, theirs in zip(grads, grads_plain):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    sum(g.square().sum() for g in grads).backward()
+    sum(g.square().sum() for g in grads_plain).backward()
+    torch.testing.assert_close(fast.weight.grad, plain.weight.grad, rtol=1e-4, atol=1e-3)
+
+
+@ONEDNN
+def test_cpu_linear_is_nn_linear_under_autocast_compile_and_when_off(monkeypatch):
+    layer = cpu_speedups.CPULinear(8, 4)
+    x = torch.randn(2, 8, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x).dtype == torch.bfloat16
+    monkeypatch.setattr(cpu_speedups, "ENABLED", False)
+    assert "_OneDNNLinearFunctionBackward" not in grad_fn_names(layer(x))
+
+
+@ONEDNN
+def test_decoding_packs_a_weight_at_its_second_use_and_keeps_nothing():
+    generator = torch.Generator().manual_seed(0)
+    layer = cpu_speedups.CPULinear(16, 24).eval()
+    x = torch.randn(4, 7, 16, generator=generator)
+    with torch.no_grad():
+        expected = nn.functional.linear(x, layer.weight, layer.bias)
+        with pytest.raises(RuntimeError, match="stop"), cpu_speedups.weights_fixed_for_decoding():
+            outputs = [layer(x) for _ in range(3)]
+            store = cpu_speedups._PACKED_WEIGHTS.get()
+            reference, packed, _ = store[id(layer)]
+            assert reference() is layer.weight and packed.layout == torch._mkldnn
+            layer(x[:1, :1])  # one row: not packed, and the packed copy is kept for the next step
+            assert store[id(layer)][1] is packed
+            raise RuntimeError("stop")  # the copies go, however the call ends
+        assert cpu_speedups._PACKED_WEIGHTS.get() is None
+    for out in outputs:
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@ONEDNN
+def test_a_weight_loaded_afresh_at_every_call_is_never_packed_nor_kept():
+    """accelerate's offload sets a new weight tensor before each forward: nothing may hold it."""
+    layer = cpu_speedups.CPULinear(16, 24).eval()
+    x = torch.randn(4, 7, 16)
+    with torch.no_grad(), cpu_speedups.weights_fixed_for_decoding():
+        for _ in range(3):
+            layer.weight = nn.Parameter(layer.weight.detach().clone())
+            torch.testing.assert_close(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
+            reference, packed, _ = cpu_speedups._PACKED_WEIGHTS.get()[id(layer)]
+            assert packed is None
+        old = reference()
+        layer.weight = nn.Parameter(layer.weight.detach().clone())
+        del old
+        assert reference() is None  # only a weak reference was held
+
+
+def test_two_threads_decoding_with_one_model_keep_their_own_copies():
+    model = tiny_model(seed=2)
+    src, _ = random_batch(batch=4)
+    expected = model.generate(src, num_beams=4, max_new_tokens=8)
+    results, errors = [], []
+
+    def decode():
+        try:
+            for _ in range(3):
+                results.append(model.generate(src, num_beams=4, max_new_tokens=8))
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=decode) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(results) == 6
+    assert all(torch.equal(result, expected) for result in results)
+
+
+def test_single_query_attention_equals_sdpa():
+    """A decoding step's attention (one query row, SDPA's boolean masks) computed with plain matmuls."""
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 4, 1, 8, generator=generator)
+    key, value = torch.randn(2, 3, 4, 11, 8, generator=generator)
+    mask = torch.ones(3, 1, 1, 11, dtype=torch.bool)
+    mask[0, ..., 7:] = False
+    module = nn.Module().eval()
+    module.is_causal = False
+    with torch.no_grad():
+        for attention_mask in (mask, None):
+            out, weights = cpu_speedups.sdpa_with_cpu_decoding_steps(
+                module, query, key, value, attention_mask, scaling=8**-0.5
+            )
+            expected = nn.functional.scaled_dot_product_attention(query, key, value, attention_mask)
+            assert weights is None
+            torch.testing.assert_close(out, expected.transpose(1, 2))
+
+
+def test_the_model_attention_interface_overrides_sdpa_for_this_model_only():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    assert cpu_speedups.ATTENTION_FUNCTIONS["sdpa"] is cpu_speedups.sdpa_with_cpu_decoding_steps
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is not cpu_speedups.sdpa_with_cpu_decoding_steps
+
+
+def test_beam_reordering_fills_a_free_position_and_equals_plain_reordering(monkeypatch):
+    """Beam search reorders the self-attention cache into buffers with one free position, which the next
+    step fills instead of concatenating: same scores and sequences as transformers' own reordering."""
+    model = tiny_model(seed=2)
+    src, _ = random_batch()
+    kwargs = dict(max_new_tokens=10, num_beams=4, num_return_sequences=4, output_scores=True)
+    kwargs["return_dict_in_generate"] = True
+    concatenations: list[int] = []
+    original_update = DynamicLayer.update
+
+    def counted_update(self, key_states, *args, **kw):
+        if type(self) is DynamicLayer or getattr(self, "_free_buffers", None) is None:
+            concatenations.append(1)
+        return original_update(self, key_states, *args, **kw)
+
+    monkeypatch.setattr(DynamicLayer, "update", counted_update)
+    filled = model.generate(input_ids=src, **kwargs)
+    layers = model.config.decoder_layers
+    # Only the first step concatenates: into each self-attention and each cross-attention layer.
+    assert len(concatenations) == 2 * layers
+    monkeypatch.setattr(cpu_speedups, "ENABLED", False)
+    plain = model.generate(input_ids=src, **kwargs)
+    # transformers' way: the first step as above, then 9 more steps concatenating into self-attention.
+    assert len(concatenations) == 2 * layers + (2 * layers + 9 * layers)
+    assert torch.equal(filled.sequences, plain.sequences)
+    torch.testing.assert_close(filled.sequences_scores, plain.sequences_scores)  # other GEMMs when off
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_loss_and_gradient_equal_torch_cross_entropy(monkeypatch, dtype):
+    vocab = 50
+    # 3 rows per chunk: 10 positions make chunks of 3, 3, 3 and 1, with ignored positions across a boundary.
+    monkeypatch.setattr(cpu_speedups, "_CROSS_ENTROPY_CHUNK_BYTES", 3 * 4 * vocab)
+    assert cpu_speedups._chunk_rows(vocab) == 3
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, vocab, generator=generator).to(dtype).requires_grad_()
+    labels = torch.randint(0, vocab, (2, 5), generator=generator)
+    labels[0, 2:4] = -100
+    loss = label_smoothed_cross_entropy(logits, labels, 0.1)
+    assert "_SmoothedCrossEntropySumBackward" in grad_fn_names(loss)
+    loss.backward()
+    reference_logits = logits.detach().float().requires_grad_()
+    reference = nn.functional.cross_entropy(
+        reference_logits.view(-1, vocab), labels.view(-1), ignore_index=-100, label_smoothing=0.1
+    )
+    reference.backward()
+    torch.testing.assert_close(loss, reference)
+    assert logits.grad.dtype == dtype
+    torch.testing.assert_close(logits.grad, reference_logits.grad.to(dtype))
+    assert (logits.grad[0, 2:4] == 0).all()
+
+
+def test_chunked_loss_double_backward_and_torch_func_equal_torch_cross_entropy():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 11, generator=generator, requires_grad=True)
+    labels = torch.tensor([1, 2, -100, 4, 5, 6])
+
+    def reference(z: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(z, labels, ignore_index=-100, label_smoothing=0.1)
+
+    (grad,) = torch.autograd.grad(
+        label_smoothed_cross_entropy(logits, labels, 0.1), logits, create_graph=True
+    )
+    (grad_ref,) = torch.autograd.grad(reference(logits), logits, create_graph=True)
+    torch.testing.assert_close(grad, grad_ref)
+    (second,) = torch.autograd.grad(grad.square().sum(), logits)
+    (second_ref,) = torch.autograd.grad(grad_ref.square().sum(), logits)
+    torch.testing.assert_close(second, second_ref)
+    func_grad = torch.func.grad(lambda z: label_smoothed_cross_entropy(z, labels, 0.1))(logits.detach())
+    torch.testing.assert_close(func_grad, torch.func.grad(reference)(logits.detach()))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_fast_dropout_masks_keep_one_minus_p_and_scale_like_dropout(p):
+    """Inverted dropout (Section 5.4): kept elements are x / (1 - p), dropped ones 0, the gradient is the
+    same mask; each element is kept with probability 1 - p, independently of its neighbour drawn from the
+    same 64-bit integer; the masks follow torch's seed."""
+    dropout = cpu_speedups.FastMaskDropout(p).train()
+    x = torch.randn(63, 33, 97, requires_grad=True)  # an odd element count: half of the last draw unused
+    torch.manual_seed(1)
+    out = dropout(x)
+    kept = out != 0
+    count = x.numel()
+    assert abs(kept.double().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / count)
+    pairs = kept.flatten()[: count - 1].view(-1, 2)  # the two halves of each draw
+    both = pairs.all(dim=1).double().mean().item()
+    assert abs(both - (1 - p) ** 2) < 5 * math.sqrt((1 - p) ** 2 * (1 - (1 - p) ** 2) / pairs.shape[0])
+    torch.testing.assert_close(out[kept], x[kept] / (1 - p))
+    out.backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    torch.manual_seed(1)
+    assert torch.equal(dropout(x), out)
+    assert not torch.equal(dropout(x), out)
+    assert torch.equal(dropout.eval()(x), x)
+
+
+def test_fast_dropout_masks_apply_within_the_block_only_and_survive_checkpointing():
+    src, tgt = random_batch()
+    model = tiny_model(seed=3, dropout=0.3).train()
+    before = {name: type(module) for name, module in model.named_modules()}
+    torch.manual_seed(7)
+    plain = model(input_ids=src, labels=tgt).loss
+    with cpu_speedups.fast_dropout_masks(model):
+        assert any(isinstance(m, cpu_speedups.FastMaskDropout) for m in model.modules())
+        torch.manual_seed(7)
+        fast = model(input_ids=src, labels=tgt).loss
+        grads = []
+        for checkpointing in (False, True):
+            if checkpointing:
+                model.activation_checkpointing_enable()
+            model.zero_grad()
+            torch.manual_seed(7)
+            model(input_ids=src, labels=tgt).loss.backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        model.activation_checkpointing_disable()
+    assert fast != plain  # other masks for the same seed: the fast path was taken
+    for a, b in zip(*grads):  # the recomputation drew the same masks
+        torch.testing.assert_close(a, b)
+    assert {name: type(module) for name, module in model.named_modules()} == before
+    assert "FastMaskDropout" not in str(model)
