@@ -183,7 +183,7 @@ class PeakRSS:
 
 
 def machine_line() -> dict[str, str]:
-    model = platform.processor()
+    model, lscpu = platform.processor(), ""
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line)
@@ -191,8 +191,11 @@ def machine_line() -> dict[str, str]:
         pass
     import transformers
 
+    flags = set(lscpu.split())
     return {
         "cpu": model,
+        "avx512_bf16": str("avx512_bf16" in flags),
+        "avx2": str("avx2" in flags),
         "cores": str(os.cpu_count()),
         "torch_threads": str(torch.get_num_threads()),
         "torch": torch.__version__,

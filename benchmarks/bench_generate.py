@@ -11,8 +11,9 @@ work. `--force eos-bias` (the default) gives the end token a logit bias of -1e4 
 hypothesis ends and decoding runs to `max_new_tokens`, as in a translation without length constraints;
 `--force min-tokens` passes `min_new_tokens` instead, which adds transformers' two minimum-length logits
 processors (each copies the [beams x vocabulary] scores twice per step) to the work of both HF models.
-Each round runs every engine once in alternating order; a speed-up is the median over
-rounds of t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
+`ours-no-speedups` is ours with `cpu_speedups.ENABLED = False`.
+Each round runs every engine once in alternating order; a speed-up is the median over rounds of
+t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
 
 CTranslate2, when installed (`pip install ctranslate2`, or the `bench` extra), is converted from the same
 Marian model and run as a third column in float32 and int8; its outputs are compared with Marian's but
@@ -45,6 +46,7 @@ from _common import (  # noqa: E402
     write_result,
 )
 
+from hf_vanilla_transformer import cpu_speedups  # noqa: E402
 from hf_vanilla_transformer.translation import quantize_int8  # noqa: E402
 
 SEARCHES = {"beam4": 4, "greedy": 1}
@@ -68,6 +70,15 @@ def hf_generate(
         **({"min_new_tokens": new_tokens} if min_tokens else {}),
         **({"early_stopping": True, "length_penalty": 1.0} if beams > 1 else {}),
     )
+
+
+def without_cpu_speedups(decode: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """`decode()` with `cpu_speedups.ENABLED` off: the same model as plain torch and transformers code."""
+    cpu_speedups.ENABLED = False
+    try:
+        return decode()
+    finally:
+        cpu_speedups.ENABLED = True
 
 
 def suppress_end_token(*models: torch.nn.Module) -> None:
@@ -159,6 +170,9 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
     engines: dict[str, Callable[[int], object]] = {
         "marian": lambda beams: hf_generate(marian, inputs, beams, args.new_tokens, min_tokens),
         "ours": lambda beams: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens),
+        "ours-no-speedups": lambda beams: without_cpu_speedups(
+            lambda: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens)
+        ),
     }
     notes = []
     if args.int8:
@@ -184,7 +198,7 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
         reference = outputs["marian"]
         if any(len(sequence) != args.new_tokens for sequence in reference):
             raise SystemExit(f"[{name} {search}] Marian's outputs are not all {args.new_tokens} tokens long.")
-        identical = outputs["ours"] == reference
+        identical = outputs["ours"] == reference == outputs["ours-no-speedups"]
         if not identical:
             raise SystemExit(f"[{name} {search}] ours and Marian decode differently in fp32: not timing.")
         checks = {engine: agreement(reference, out) for engine, out in outputs.items() if engine != "marian"}
