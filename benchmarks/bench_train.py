@@ -4,7 +4,8 @@
     python benchmarks/bench_train.py --sizes small --repeats 5
     python benchmarks/bench_train.py --quick                # tiny dims, seconds: what the tests run
 
-One step = forward with labels, backward, Adam step. Each round times every (model, precision, mode)
+One step = forward with labels, backward, Adam step. `ours-no-speedups` is ours with
+`cpu_speedups.ENABLED = False` (eager modes). Each round times every (model, precision, mode)
 variant once, in alternating order; a ratio is the median over rounds of the per-round ratio. Peak memory
 is the growth of resident memory during one more, untimed, step of each variant (measuring it hands freed
 memory back to the OS first, which would add page faults to a timed step). MFU is model FLOPs (matmuls,
@@ -16,12 +17,11 @@ reports how far the loss curves are apart.
 """
 
 import argparse
-import contextlib
 import copy
 import math
 import statistics
 import sys
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import torch
@@ -43,6 +43,7 @@ from _common import (  # noqa: E402
     write_result,
 )
 
+from hf_vanilla_transformer import cpu_speedups  # noqa: E402
 from hf_vanilla_transformer.schedule import build_paper_optimizer  # noqa: E402
 from hf_vanilla_transformer.training import cpu_bf16_training  # noqa: E402
 
@@ -83,9 +84,14 @@ class Trainee:
     """One model, its optimizer, and a compiled wrapper sharing its parameters."""
 
     def __init__(
-        self, model: torch.nn.Module, lr: float = 1e-4, optimizer: torch.optim.Optimizer | None = None
+        self,
+        model: torch.nn.Module,
+        lr: float = 1e-4,
+        optimizer: torch.optim.Optimizer | None = None,
+        cpu_speedups_on: bool = True,
     ) -> None:
         self.model = model.train()
+        self.cpu_speedups_on = cpu_speedups_on
         self.optimizer = optimizer or torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
         self.compiled: torch.nn.Module | None = None
 
@@ -93,21 +99,25 @@ class Trainee:
         if compile_ and self.compiled is None:
             self.compiled = torch.compile(self.model)
         module = self.compiled if compile_ else self.model
-        with autocast(precision):
-            loss = module(**batch).loss
-        loss.backward()
+        cpu_speedups.ENABLED = self.cpu_speedups_on
+        try:
+            with autocast(precision):
+                loss = module(**batch).loss
+            loss.backward()
+        finally:
+            cpu_speedups.ENABLED = True
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
 
 def bench_size(name: str, size: Size, args: argparse.Namespace, peaks: dict[str, float]) -> dict:
-    with contextlib.ExitStack() as stack:
+    with ExitStack() as stack:
         return _bench_size(name, size, args, peaks, stack)
 
 
 def _bench_size(
-    name: str, size: Size, args: argparse.Namespace, peaks: dict[str, float], stack: contextlib.ExitStack
+    name: str, size: Size, args: argparse.Namespace, peaks: dict[str, float], stack: ExitStack
 ) -> dict:
     torch._dynamo.reset()
     marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
@@ -115,6 +125,10 @@ def _bench_size(
     trainees = {"marian": Trainee(marian), "ours": Trainee(ours)}
     modes = [m for m in MODES if m in args.modes]
     variants = [(model, mode) for mode in modes for model in ("marian", "ours")]
+    eager_modes = [mode for mode in modes if mode.endswith("eager")]
+    if eager_modes:
+        trainees["ours-no-speedups"] = Trainee(copy.deepcopy(ours), cpu_speedups_on=False)
+        variants += [("ours-no-speedups", mode) for mode in eager_modes]
     fast_modes = [m for m in FAST_MODES if m in args.fast_modes]
     if fast_modes:
         fast = copy.deepcopy(ours)
@@ -166,7 +180,7 @@ def _bench_size(
             "mfu_peak": "bf16" if precision == "bf16" else "fp32_default",
             "peak_step_memory_mb": statistics.median(memory[(model, mode)]) / 2**20,
         }
-        if model == "ours":
+        if model in ("ours", "ours-no-speedups"):
             marian_t = times[("marian", mode)]
             row["speedup_vs_marian_same_mode"] = statistics.median(m / o for m, o in zip(marian_t, t))
         if reference is not None:
@@ -204,7 +218,7 @@ def loss_curves(size: Size, steps: int, batch: int, length: int, fastest: str, a
         trainee = Trainee(marian if which == "marian" else ours, lr=5e-4)
         precision, how = mode.split("-")[:2]
         losses = []
-        with cpu_bf16_training(ours) if mode.endswith("attn_eager") else contextlib.nullcontext():
+        with cpu_bf16_training(ours) if mode.endswith("attn_eager") else nullcontext():
             for step in range(steps):
                 torch.manual_seed(1000 + step)  # the same dropout masks for both models
                 losses.append(
