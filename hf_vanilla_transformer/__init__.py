@@ -10,12 +10,11 @@ or Hub repos with `trust_remote_code=True`.
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
 from .modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
-    gnmt_length_penalty,
-    paper_generation_config,
     sinusoidal_position_encoding,
 )
 from .translation_pipeline import TranslationPipeline, register_translation_pipeline

@@ -36,7 +36,8 @@ from transformers import MarianConfig, MarianMTModel, MarianTokenizer, PreTraine
 from transformers.utils import is_sentencepiece_available
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, paper_generation_config
+from .generation_vanilla_transformer import paper_generation_config
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .translation_pipeline import TARGET_TOKENIZER_DIR
 
 # Marian's layer-level feed-forward names, and where this package keeps them (one FFN module, Eq. 2).

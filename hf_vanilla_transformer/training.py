@@ -39,7 +39,8 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
 from .evaluation import corpus_bleu
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, paper_generation_config
+from .generation_vanilla_transformer import paper_generation_config
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
 from .translation import translate
