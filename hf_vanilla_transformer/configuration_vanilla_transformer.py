@@ -138,18 +138,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs: Any) -> None:
         self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
-        if "translation" in (kwargs.get("custom_pipelines") or {}):
-            # Hub repos published by scripts/push_to_hub.py name their copy of the translation pipeline here,
-            # for users without the package (transformers 5 has no "translation" task). pipeline() prefers
-            # such an entry to a registered task and then demands trust_remote_code, so drop it where the task
-            # is registered already (this process imported the package). Imported here, not at the top:
-            # only configs that carry the entry pay for importing transformers.pipelines.
-            from transformers.pipelines import PIPELINE_REGISTRY
-
-            if "translation" in PIPELINE_REGISTRY.get_supported_tasks():
-                others = {k: v for k, v in kwargs.pop("custom_pipelines").items() if k != "translation"}
-                if others:
-                    kwargs["custom_pipelines"] = others
         super().__post_init__(**kwargs)
         self._check_values()
 

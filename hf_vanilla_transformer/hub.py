@@ -1,18 +1,21 @@
 """Publish a trained model on the Hugging Face Hub: weights, config, tokenizer, code and model card.
 
-`push_model` stages everything a repo needs in a temporary folder and uploads it in one commit:
+`push_model` stages everything a repo needs in a temporary folder and uploads it with
+`HfApi.upload_folder` (one commit for a folder of this size):
 
 - the weights as safetensors (sharded above `max_shard_size`), `config.json` and the modeling code, so that
   `AutoModelForSeq2SeqLM.from_pretrained(repo)` works with the package installed, and with
   `trust_remote_code=True` without it (`auto_map` names `AutoConfig`, `AutoModel` and
-  `AutoModelForSeq2SeqLM`);
+  `AutoModelForSeq2SeqLM`); weight files of an earlier push that this one does not overwrite are deleted;
 - `generation_config.json`: the model folder's own decoding settings, or the paper's (beam 4, GNMT length
   penalty 0.6, outputs up to input length + 50) when it saved none;
 - the tokenizer;
-- `translation_pipeline.py` and a `custom_pipelines` entry in `config.json`, so that `pipeline("translation",
-  model=repo, trust_remote_code=True)` works without the package (transformers 5 has no translation
-  task; with the package installed, the config drops the entry and the registered pipeline is used);
-- `README.md`, the model card rendered from a template in the package's `model_cards/`.
+- `translation_pipeline.py` and a `custom_pipelines` entry for the task "translation" in `config.json`, so
+  that `pipeline("translation", model=repo, trust_remote_code=True)` works without the package (transformers
+  5 has no translation task of its own); package users call `pipeline("seq2seq-translation", model=repo)`;
+- `README.md`, the model card: the package's Jinja template `model_cards/template.md` rendered with
+  `huggingface_hub.ModelCard.from_template`, its metadata a `ModelCardData` whose `model-index` holds the
+  measured test BLEU with its sacreBLEU signature (the Hub shows it as an evaluation result).
 
 Model card figures are never typed by hand: architecture and decoding figures come from the model's config
 and generation config, measured ones from the run's own records in the model folder (see `RunRecords`).
@@ -20,23 +23,16 @@ A figure the records lack is shown as "not measured".
 """
 
 import dataclasses
-import fnmatch
 import json
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import (
-    CommitInfo,
-    CommitOperationAdd,
-    CommitOperationDelete,
-    EvalResult,
-    HfApi,
-    ModelCard,
-)
+import jinja2
+import jinja2.meta
+from huggingface_hub import CommitInfo, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
 
@@ -53,7 +49,7 @@ from .tokenization import load_tokenizer
 RESULTS_FILE = "results.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 CARD_FILE = "README.md"
-CARD_DIR = Path(__file__).resolve().parent / "model_cards"
+CARD_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "template.md"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # The Hub takes files up to 50 GB but advises smaller ones, which download in parallel and resume better.
 DEFAULT_MAX_SHARD_SIZE = "5GB"
@@ -61,7 +57,14 @@ NOT_MEASURED = "not measured"
 # Weight files of an earlier push that this one does not overwrite must go: a stale `model.safetensors`
 # next to a new sharded index would be loaded instead of the new shards, and vice versa.
 STALE_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
-PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+# Model card metadata that holds for every model this package publishes; the rest comes from the run.
+CARD_METADATA = {
+    "license": "apache-2.0",
+    "library_name": "transformers",
+    "pipeline_tag": "translation",
+    "tags": ["translation", "seq2seq", "transformer", "attention-is-all-you-need", "vanilla-transformer"],
+    "metrics": ["sacrebleu"],
+}
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,11 @@ def card_values(
     num_parameters: int,
     records: RunRecords,
 ) -> dict[str, str]:
-    """The text that replaces each `{{ name }}` placeholder of a model card template."""
+    """The value of each variable a model card template may use (`{{ name }}`), as text.
+
+    `paper_model` is the paper's model size the card compares with: "big" for models of its width, "base"
+    otherwise.
+    """
     averaged = records.averaged_checkpoints
     if averaged is None:
         averaging = NOT_MEASURED
@@ -169,6 +176,7 @@ def card_values(
     train_hours = None if records.train_seconds is None else records.train_seconds / 3600
     return {
         "repo_id": repo_id,
+        "paper_model": "big" if config.d_model >= PRESETS["big"]["d_model"] else "base",
         "parameters": f"{num_parameters:,}",
         "d_model": str(config.d_model),
         "layers": f"{config.encoder_layers} / {config.decoder_layers}",
@@ -199,15 +207,32 @@ def card_values(
     }
 
 
-def fill_placeholders(text: str, values: dict[str, str]) -> str:
-    """Replace every `{{ name }}` in `text`; an unknown name is an error, not a silent blank.
-
-    Double braces leave single ones free for the code and dicts that cards show.
-    """
-    unknown = sorted({name for name in PLACEHOLDER.findall(text) if name not in values})
-    if unknown:
-        raise ValueError(f"Unknown model card placeholders {unknown}; known: {sorted(values)}.")
-    return PLACEHOLDER.sub(lambda match: values[match.group(1)], text)
+def card_data(repo_id: str, records: RunRecords) -> ModelCardData:
+    """The card's metadata: `CARD_METADATA`, `language` from the run's language pair, `datasets` from a Hub
+    dataset name (local data paths are left out), and a measured test BLEU as the `model-index` entry
+    (metric `sacrebleu`, the score's sacreBLEU signature as its config) that the Hub shows as an evaluation
+    result."""
+    data = ModelCardData(**CARD_METADATA)
+    if records.src_lang and records.tgt_lang:
+        data.language = [records.src_lang, records.tgt_lang]
+    if records.dataset is not None and _is_hub_dataset_id(records.dataset):
+        data.datasets = [records.dataset]
+    if records.bleu is not None:
+        test_set = records.test_set or NOT_MEASURED
+        data.model_name = repo_id.split("/")[-1]
+        data.eval_results = [
+            EvalResult(
+                task_type="translation",
+                task_name="Translation",
+                dataset_type=test_set if _is_hub_dataset_id(test_set) else Path(test_set).name,
+                dataset_name=test_set,
+                metric_type="sacrebleu",
+                metric_name="BLEU",
+                metric_value=round(records.bleu, 2),
+                metric_config=records.bleu_signature,
+            )
+        ]
+    return data
 
 
 def render_model_card(
@@ -218,43 +243,21 @@ def render_model_card(
     num_parameters: int,
     records: RunRecords,
 ) -> ModelCard:
-    """The model card: the template's metadata and body, with the run's figures filled in.
+    """The model card: `ModelCard.from_template` with `card_data(...)` as `{{ card_data }}` (the YAML block)
+    and `card_values(...)` for the other variables of the Jinja `template`.
 
-    The template's YAML block is kept, except that the run's records override `language` (from
-    `src_lang`/`tgt_lang`) and `datasets`, and a measured test BLEU becomes the `model-index` the Hub
-    shows as evaluation results.
+    Raises:
+        ValueError: the template uses a variable `card_values` does not provide (a typo must not publish a
+            blank), or lacks `{{ card_data }}` (the card would carry no metadata).
     """
-    card = ModelCard(template)
-    card.text = fill_placeholders(
-        card.text, card_values(repo_id, config, generation_config, num_parameters, records)
-    )
-    data = card.data
-    if records.src_lang and records.tgt_lang:
-        data.language = [records.src_lang, records.tgt_lang]
-    if records.dataset is not None:
-        data.datasets = [records.dataset] if _is_hub_dataset_id(records.dataset) else None
-    if records.bleu is not None:
-        test_set = records.test_set or NOT_MEASURED
-        data.model_name = repo_id.split("/")[-1]
-        data.eval_results = [
-            EvalResult(
-                task_type="translation",
-                task_name="Translation",
-                dataset_type=test_set if _is_hub_dataset_id(test_set) else Path(test_set).name,
-                dataset_name=test_set,
-                metric_type="bleu",
-                metric_name="sacreBLEU",
-                metric_value=round(records.bleu, 2),
-                metric_config=records.bleu_signature,
-            )
-        ]
-    return card
-
-
-def default_card_template(config: VanillaTransformerConfig) -> Path:
-    """`model_cards/big.md` for models of the big model's width, `model_cards/base.md` otherwise."""
-    name = "big" if config.d_model >= PRESETS["big"]["d_model"] else "base"
-    return CARD_DIR / f"{name}.md"
+    values = card_values(repo_id, config, generation_config, num_parameters, records)
+    used = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(template))
+    unknown = sorted(used - values.keys() - {"card_data"})
+    if unknown:
+        raise ValueError(f"Unknown model card variables {unknown}; known: {sorted(values)}.")
+    if "card_data" not in used:
+        raise ValueError("A model card template must start with its metadata: ---, {{ card_data }}, ---.")
+    return ModelCard.from_template(card_data(repo_id, records), template_str=template, **values)
 
 
 def _check_model_dir(model_dir: Path) -> None:
@@ -285,13 +288,13 @@ def stage_repo(
         FileNotFoundError: `model_dir` is missing or lacks config.json or the tokenizer, or the card
             template does not exist.
         ValueError: the tokenizer lacks a special token, a record file is not a JSON object, or the
-            template uses an unknown placeholder.
+            template uses an unknown variable or lacks `{{ card_data }}`.
     """
     model_dir, folder = Path(model_dir), Path(folder)
     _check_model_dir(model_dir)
     tokenizer = load_tokenizer(model_dir)
     model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
-    template_path = Path(card_template) if card_template is not None else default_card_template(model.config)
+    template_path = Path(card_template) if card_template is not None else CARD_TEMPLATE
     if not template_path.is_file():
         raise FileNotFoundError(f"Model card template {str(template_path)!r} does not exist.")
 
@@ -308,7 +311,7 @@ def stage_repo(
     pipeline_module = Path(translation_pipeline.__file__)
     # The format transformers' own Pipeline.save_pretrained writes for a custom pipeline.
     model.config.custom_pipelines = {
-        translation_pipeline.TASK: {
+        translation_pipeline.HUB_TASK: {
             "impl": f"{pipeline_module.stem}.{translation_pipeline.TranslationPipeline.__name__}",
             "pt": ["AutoModelForSeq2SeqLM"],
             "type": "text",
@@ -342,21 +345,25 @@ def push_model(
     model_dir: str | Path,
     repo_id: str,
     revision: str | None = None,
-    private: bool = False,
+    private: bool | None = None,
     card_template: str | Path | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
     commit_message: str | None = None,
     token: str | None = None,
 ) -> CommitInfo:
-    """Publish the model saved in `model_dir` as Hub repo `repo_id`, all files in one commit.
+    """Publish the model saved in `model_dir` as Hub repo `repo_id` with `HfApi.upload_folder`.
+
+    Weight files (`STALE_WEIGHT_PATTERNS`) already in the repo that this push does not overwrite are deleted
+    in the same commit.
 
     Args:
         model_dir: a folder written by `save_pretrained` with the tokenizer saved next to the weights, and
             optionally the run's `results.json` / `trainer_state.json` for the card's figures.
         repo_id: "org/name" (or "name" in the user's namespace); created if missing.
         revision: branch to commit to, created from `main` if missing; None commits to `main`.
-        private: create the repo private (an existing repo keeps its visibility).
-        card_template: model card template; defaults to `default_card_template(config)`.
+        private: create the repo private (True) or public (False); None follows the Hub's default (public
+            unless the organization's default is private). An existing repo keeps its visibility.
+        card_template: Jinja model card template (see `render_model_card`); defaults to `CARD_TEMPLATE`.
         max_shard_size: largest safetensors file; bigger models are split into shards.
         commit_message: defaults to "Upload <model_dir name> with hf-vanilla-transformer".
         token: Hub token; defaults to the logged-in one (HF_TOKEN or `hf auth login`).
@@ -367,6 +374,8 @@ def push_model(
     Raises:
         HFValidationError: `repo_id` is malformed (checked before anything is loaded or sent).
         FileNotFoundError, ValueError: see `stage_repo`; ValueError also when the Hub rejects the card.
+        HfHubHTTPError: the Hub refused a request, e.g. 401 (no valid token) or 403 (the token may not
+            write to `repo_id`).
     """
     validate_repo_id(repo_id)
     model_dir = Path(model_dir)
@@ -377,30 +386,20 @@ def push_model(
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        staged = sorted(
-            path.relative_to(folder).as_posix() for path in Path(folder).rglob("*") if path.is_file()
-        )
-        stale = [
-            name
-            for name in api.list_repo_files(repo_id, revision=revision)
-            if name not in staged and any(fnmatch.fnmatch(name, pattern) for pattern in STALE_WEIGHT_PATTERNS)
-        ]
-        operations = [CommitOperationDelete(path_in_repo=name) for name in stale] + [
-            CommitOperationAdd(path_in_repo=name, path_or_fileobj=Path(folder) / name) for name in staged
-        ]
-        return api.create_commit(
-            repo_id,
-            operations,
-            commit_message=commit_message or f"Upload {model_dir.resolve().name} with hf-vanilla-transformer",
+        return api.upload_folder(
+            repo_id=repo_id,
+            folder_path=folder,
             revision=revision,
+            commit_message=commit_message or f"Upload {model_dir.resolve().name} with hf-vanilla-transformer",
+            delete_patterns=list(STALE_WEIGHT_PATTERNS),
         )
 
 
 __all__ = [
+    "CARD_TEMPLATE",
     "RunRecords",
+    "card_data",
     "card_values",
-    "default_card_template",
-    "fill_placeholders",
     "push_model",
     "read_run_records",
     "render_model_card",

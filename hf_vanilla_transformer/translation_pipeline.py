@@ -1,19 +1,31 @@
-"""`pipeline("translation")` for sequence-to-sequence models.
+"""Translation with sequence-to-sequence models as a transformers pipeline.
 
-transformers 5 removed its translation pipeline (it points users to chat models), but translating with
-an encoder-decoder is what this package's model is for. Importing the package registers this pipeline
-under the task "translation"; Hub repos published with `scripts/push_to_hub.py` carry this file so that
-users without the package get it with `trust_remote_code=True`. It imports only transformers.
+transformers 5 removed its "translation" task: `pipeline("translation", ...)` raises for it unless the model's
+config names its own code for that task. This module provides the pipeline both ways:
+
+- With the package imported, `TranslationPipeline` is registered with transformers' public pipeline registry
+  under the task `TASK` ("seq2seq-translation"), so `pipeline("seq2seq-translation", model=...)` translates
+  with any encoder-decoder model, with no remote code. transformers' own tables are left as they are.
+- Hub repos published by `scripts/push_to_hub.py` carry a copy of this file and a `custom_pipelines` entry
+  for `HUB_TASK` ("translation") in config.json, so that users without the package call
+  `pipeline("translation", model=repo, trust_remote_code=True)`.
+
+It imports only transformers, so that its copy in a Hub repo runs without the package.
 """
 
 from pathlib import Path
 from typing import Any
 
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Pipeline, PreTrainedTokenizerBase
-from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
+from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import cached_file
 
-TASK = "translation"
+# The task this package registers: a name transformers does not block (its "translation" and
+# "translation_xx_to_yy" tasks raise), saying which models it serves.
+TASK = "seq2seq-translation"
+# The task under which Hub repos name their copy of this pipeline in config.json's `custom_pipelines`: a task
+# found there is served by the repo's code (with trust_remote_code=True) before transformers' list is checked.
+HUB_TASK = "translation"
 # Where a model with separate source and target vocabularies (a converted fairseq model) keeps the
 # tokenizer that decodes its outputs.
 TARGET_TOKENIZER_DIR = "target_tokenizer"
@@ -44,6 +56,9 @@ def find_target_tokenizer(
 class TranslationPipeline(Pipeline):
     """Translate text: tokenize, `model.generate()` (with the model's own generation config, e.g. the
     paper's beam search), decode. Returns `[{"translation_text": ...}]` per input, like transformers 4.
+
+    Build it with `pipeline("seq2seq-translation", model=...)` (the package registers that task), or
+    directly: `TranslationPipeline(model=model, tokenizer=tokenizer)`.
 
     Outputs are decoded with `target_tokenizer=` when given, else with the model's `target_tokenizer/`
     when it has one (separate vocabularies), else with the tokenizer.
@@ -114,8 +129,8 @@ class TranslationPipeline(Pipeline):
 
 
 def register_translation_pipeline() -> None:
-    """Make `pipeline("translation", model=...)` build a TranslationPipeline again."""
-    REMOVED_TASKS.pop(TASK, None)
+    """Register `TranslationPipeline` under `TASK` with transformers' public pipeline registry, so that
+    `pipeline("seq2seq-translation", model=...)` builds one."""
     PIPELINE_REGISTRY.register_pipeline(
         TASK, pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
     )

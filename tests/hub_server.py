@@ -3,9 +3,10 @@
 It implements the HTTP calls that `huggingface_hub` (and so `transformers`) makes for a push and a pull:
 repo creation and deletion, preupload, the git-LFS batch API and the PUT it points to, the NDJSON commit
 endpoint, repo info, tree and paths-info listings, refs, branches, tags and `resolve` downloads (with
-Range support). Revisions behave as on the Hub: every commit gets a new id, branches and tags point at
-commits, `main` is the default branch, and a download may name a commit id, a branch, a tag or a
-URL-encoded ref such as `refs%2Fpr%2F1`.
+Range support). Tokens behave as on the Hub: a request bearing an unknown token is refused with 401, and
+writing needs `WRITE_TOKEN` (no token: 401; `READ_TOKEN`: 403). Revisions behave as on the Hub: every
+commit gets a new id, branches and tags point at commits, `main` is the default branch, and a download may
+name a commit id, a branch, a tag or a URL-encoded ref such as `refs%2Fpr%2F1`.
 
 Uploads over xet cannot be tested offline: clients must set HF_HUB_DISABLE_XET=1 so that large files take
 the classic LFS path (batch request, then a plain PUT). `hub_env` builds such an environment.
@@ -35,6 +36,9 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 USER = "user"
+WRITE_TOKEN = "hf_test_write"
+READ_TOKEN = "hf_test_read"
+TOKEN_ROLES = {WRITE_TOKEN: "write", READ_TOKEN: "read"}
 DEFAULT_BRANCH = "main"
 # The Hub refuses files above 10 MB outside LFS, and stores these suffixes in LFS whatever their size.
 LFS_THRESHOLD = 10 * 1024 * 1024
@@ -160,6 +164,7 @@ class Repo:
     repo_type: str
     repo_id: str
     created: str
+    private: bool = False
     commits: dict[str, Commit] = field(default_factory=dict)
     # Full git ref names ("refs/heads/main", "refs/tags/v1", "refs/pr/1") -> commit oid.
     refs: dict[str, str] = field(default_factory=dict)
@@ -205,12 +210,12 @@ class HubStorage:
             raise HubError(400, f"LFS object {oid} has size {actual_size}, not {size}")
         return FileEntry(oid, actual_size, lfs=True, git_oid=_git_blob_oid(_lfs_pointer(oid, actual_size)))
 
-    def create_repo(self, repo_type: str, repo_id: str) -> bool:
+    def create_repo(self, repo_type: str, repo_id: str, private: bool = False) -> bool:
         """Create a repo with the Hub's initial commit; False if it already exists."""
         with self._lock:
             if (repo_type, repo_id) in self._repos:
                 return False
-            repo = Repo(repo_type, repo_id, created=_now())
+            repo = Repo(repo_type, repo_id, created=_now(), private=private)
             initial = {".gitattributes": self.add_regular_file(GITATTRIBUTES.encode())}
             self._add_commit(repo, f"refs/heads/{DEFAULT_BRANCH}", None, initial, "initial commit")
             self._repos[repo_type, repo_id] = repo
@@ -319,6 +324,17 @@ ROUTES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
     (("PUT",), re.compile(r"/lfs-upload/(?P<oid>[0-9a-f]{64})/(?P<size>[0-9]+)"), "lfs_upload"),
     (("GET", "HEAD"), re.compile(PREFIXED + r"/resolve/(?P<rev>[^/]+)/(?P<path>.+)"), "resolve"),
 ]
+# Routes that change the Hub and so need a token with write access. The LFS upload itself goes to the URL
+# the batch answer handed out (on the Hub, presigned storage), without the Hub token.
+WRITE_ROUTES = {
+    "create_repo",
+    "delete_repo",
+    "create_branch",
+    "create_tag",
+    "preupload",
+    "commit",
+    "lfs_batch",
+}
 
 
 @dataclass(frozen=True)
@@ -356,6 +372,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             for methods, pattern, name in ROUTES:
                 match = pattern.fullmatch(url.path)
                 if match and self.command in methods:
+                    self._authorize(name)
                     params = {
                         key: unquote(value) for key, value in match.groupdict().items() if value is not None
                     }
@@ -374,6 +391,23 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             self._send_json({"error": repr(error)}, 500)
 
     # Helpers
+
+    def _token_role(self) -> str | None:
+        """The role of the request's token ("write" or "read"), None without one; 401 for an unknown one."""
+        authorization = self.headers.get("Authorization")
+        if authorization is None:
+            return None
+        role = TOKEN_ROLES.get(authorization.removeprefix("Bearer "))
+        if role is None:
+            raise HubError(401, "Invalid credentials in Authorization header")
+        return role
+
+    def _authorize(self, route: str) -> None:
+        role = self._token_role()
+        if route in WRITE_ROUTES and role is None:
+            raise HubError(401, "You must be authenticated to write to the Hub")
+        if route in WRITE_ROUTES and role != "write":
+            raise HubError(403, "You don't have the rights to write with a read-only token")
 
     def _send_json(
         self,
@@ -415,9 +449,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     # Account and repos
 
     def route_whoami(self) -> None:
-        if not self.headers.get("Authorization", "").startswith("Bearer "):
+        role = self._token_role()
+        if role is None:
             raise HubError(401, "Invalid credentials in Authorization header")
-        token = {"displayName": "test-token", "role": "write"}
+        token = {"displayName": "test-token", "role": role}
         self._send_json(
             {
                 "type": "user",
@@ -431,7 +466,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     def route_create_repo(self) -> None:
         repo_type, repo_id = self._repo_type_and_id()
         url = f"{self.server.url}/{URL_PREFIXES[repo_type]}{repo_id}"
-        if not self.server.storage.create_repo(repo_type, repo_id):
+        body = self._json_body()
+        private = body.get("visibility") == "private" or bool(body.get("private"))
+        if not self.server.storage.create_repo(repo_type, repo_id, private):
             # The client reads the url from the 409 answer too when called with exist_ok=True.
             raise HubError(409, f"You already created this {repo_type} repo", body={"url": url})
         self._send_json({"url": url, "name": repo_id})
@@ -470,7 +507,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 "sha": commit.oid,
                 "lastModified": commit.date,
                 "createdAt": repo.created,
-                "private": False,
+                "private": repo.private,
                 "disabled": False,
                 "gated": False,
                 "downloads": 0,
@@ -703,7 +740,8 @@ def hub_env(server: HubServer, hf_home: Path, offline: bool = False) -> dict[str
 
     The client reads these variables at import time, hence a subprocess. Every inherited HF_*,
     HUGGINGFACE_* and TRANSFORMERS_* variable is dropped so that no outer cache, token or offline
-    setting leaks in. `offline=True` sets HF_HUB_OFFLINE=1, to check that a filled cache suffices.
+    setting leaks in; HF_TOKEN is `WRITE_TOKEN`. `offline=True` sets HF_HUB_OFFLINE=1, to check that a
+    filled cache suffices.
     """
     env = {
         key: value
@@ -713,7 +751,7 @@ def hub_env(server: HubServer, hf_home: Path, offline: bool = False) -> dict[str
     env |= {
         "HF_ENDPOINT": server.url,
         "HF_HOME": str(hf_home),
-        "HF_TOKEN": "dummy",
+        "HF_TOKEN": WRITE_TOKEN,
         "HF_HUB_DISABLE_XET": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",

@@ -18,22 +18,24 @@ from typing import Any
 import pytest
 import torch
 from conftest import REPO_ROOT, tiny_model
-from hub_server import HubServer, hub_env, start_hub_server
+from hub_server import READ_TOKEN, WRITE_TOKEN, HubError, HubServer, hub_env, start_hub_server
 from huggingface_hub import ModelCard, metadata_load
+from huggingface_hub.repocard_data import model_index_to_eval_results
 from huggingface_hub.utils import HFValidationError
-from transformers import GenerationConfig, pipeline
+from transformers import AutoConfig, GenerationConfig, pipeline
 
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.hub import (
+    CARD_TEMPLATE,
     NOT_MEASURED,
     RunRecords,
-    fill_placeholders,
     push_model,
     read_run_records,
     render_model_card,
 )
 from hf_vanilla_transformer.modeling_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.translation_pipeline import TASK
 
 REPO_ID = "org/vanilla"
 SENTENCES = [
@@ -43,6 +45,14 @@ SENTENCES = [
     "eine katze schläft auf dem sofa .",
 ]
 INPUTS = ["a dog sleeps .", "the cat runs in the park ."]
+# The `custom_pipelines` entry of a pushed config.json: the repo's copy of the translation pipeline.
+REPO_PIPELINE = {
+    "translation": {
+        "impl": "translation_pipeline.TranslationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+}
 # An untrained model rarely ends a sentence: without a cap, beam search runs to input length + 50.
 MAX_NEW_TOKENS = 8
 CLIENT_ARGS = {"repo": REPO_ID, "inputs": INPUTS, "max_new_tokens": MAX_NEW_TOKENS}
@@ -124,7 +134,7 @@ def state_digest(state_dict: dict[str, torch.Tensor]) -> str:
 
 
 def local_translations(model_dir: Path, generation_config: GenerationConfig) -> list[str]:
-    translator = pipeline("translation", model=str(model_dir))
+    translator = pipeline(TASK, model=str(model_dir))
     translator.model.generation_config = generation_config
     return [result["translation_text"] for result in translator(INPUTS, max_new_tokens=MAX_NEW_TOKENS)]
 
@@ -168,26 +178,26 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def pushed(hub: HubServer, model_dirs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Push main with the CLI, then the branch model to branch `branch`, sharded, with the big card."""
+    """Push main with the CLI into a new private repo, then the branch model to branch `branch`, sharded,
+    with a card template of its own and `--token` (the environment's token may only read)."""
     env = client_env(hub, tmp_path_factory.mktemp("hf_home_push"))
     root = model_dirs["root"]
     script = str(REPO_ROOT / "scripts" / "push_to_hub.py")
-    main_output = run_python(env, script, "--model-dir", str(root / "main"), "--repo-id", REPO_ID).stdout
+    main_args = ["--model-dir", str(root / "main"), "--repo-id", REPO_ID, "--private"]
+    main_output = run_python(env, script, *main_args).stdout
     requests_after_main = list(hub.requests)
-    branch_args = [
-        "--revision",
-        "branch",
-        "--max-shard-size",
-        BRANCH_SHARD_SIZE,
-        "--card",
-        "model_cards/big.md",
-    ]
-    run_python(env, script, "--model-dir", str(root / "branch"), "--repo-id", REPO_ID, *branch_args)
+    card = root / "custom_card.md"
+    card.write_text(CARD_TEMPLATE.read_text().replace("\n# Transformer", "\n# Custom Transformer", 1))
+    branch_args = ["--revision", "branch", "--max-shard-size", BRANCH_SHARD_SIZE, "--card", str(card)]
+    branch_args += ["--token", WRITE_TOKEN]
+    read_only_env = env | {"HF_TOKEN": READ_TOKEN}
+    run_python(read_only_env, script, "--model-dir", str(root / "branch"), "--repo-id", REPO_ID, *branch_args)
     storage = hub.storage
     repo = storage.repo("model", REPO_ID)
     return {
         "output": main_output,
         "requests": requests_after_main,
+        "private": repo.private,
         "main": storage.resolve(repo, "main"),
         "branch": storage.resolve(repo, "branch"),
         "initial": next(commit for commit in repo.commits.values() if commit.parent is None),
@@ -203,7 +213,9 @@ PACKAGE_CLIENT = """
     import hashlib, json, sys, tempfile
     from pathlib import Path
     import hf_vanilla_transformer
+    from hf_vanilla_transformer.translation_pipeline import TASK
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+    from transformers.utils import cached_file
 
     args = json.loads(sys.argv[1])
 
@@ -216,8 +228,12 @@ PACKAGE_CLIENT = """
     loaded = {}
     for name, revision in (("main", None), ("branch", "branch")):
         model = AutoModelForSeq2SeqLM.from_pretrained(args["repo"], revision=revision)
-        translator = pipeline("translation", model=args["repo"], revision=revision)
+        translator = pipeline(TASK, model=args["repo"], revision=revision)
         translations = translator(args["inputs"], max_new_tokens=args["max_new_tokens"])
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_pretrained(folder)
+            resaved = json.loads((Path(folder) / "config.json").read_text())
+        pushed = json.loads(Path(cached_file(args["repo"], "config.json", revision=revision)).read_text())
         loaded[name] = {
             "module": type(model).__module__,
             "pipeline": type(translator).__module__,
@@ -225,12 +241,10 @@ PACKAGE_CLIENT = """
             "translations": [r["translation_text"] for r in translations],
             "num_beams": model.generation_config.num_beams,
             "custom_pipelines": getattr(model.config, "custom_pipelines", None),
+            "resaved_as_pushed": resaved == pushed,
         }
     tokenizer = AutoTokenizer.from_pretrained(args["repo"])
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)
-        resaved = json.loads((Path(folder) / "config.json").read_text()).get("custom_pipelines")
-    print(json.dumps({"loaded": loaded, "ids": tokenizer(args["inputs"])["input_ids"], "resaved": resaved}))
+    print(json.dumps({"loaded": loaded, "ids": tokenizer(args["inputs"])["input_ids"]}))
 """
 
 REMOTE_CLIENT = """
@@ -280,6 +294,7 @@ def clients(hub: HubServer, pushed: dict, tmp_path_factory: pytest.TempPathFacto
 
 def test_push_uploads_every_file_in_one_commit(hub: HubServer, pushed: dict) -> None:
     main = pushed["main"]
+    assert pushed["private"]
     assert set(main.files) == MAIN_FILES
     assert main.parent == pushed["initial"].oid
     assert main.oid in pushed["output"]
@@ -307,13 +322,7 @@ def test_pushed_config_carries_auto_map_and_the_translation_pipeline(hub: HubSer
         "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
         "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
     }
-    assert config["custom_pipelines"] == {
-        "translation": {
-            "impl": "translation_pipeline.TranslationPipeline",
-            "pt": ["AutoModelForSeq2SeqLM"],
-            "type": "text",
-        }
-    }
+    assert config["custom_pipelines"] == REPO_PIPELINE
 
 
 def test_generation_config_is_the_model_dirs_own_or_the_papers(hub: HubServer, pushed: dict) -> None:
@@ -337,13 +346,16 @@ def test_model_card_metadata_holds_the_measured_figures(
     assert metadata["language"] == ["en", "de"]
     assert metadata["datasets"] == ["bentrevett/multi30k"]
     assert metadata["pipeline_tag"] == "translation"
-    (result,) = metadata["model-index"][0]["results"]
-    assert result["metrics"][0]["type"] == "bleu"
-    assert result["metrics"][0]["value"] == round(RESULTS["bleu"], 2)
-    assert result["metrics"][0]["config"] == RESULTS["bleu_signature"]
-    assert result["dataset"]["name"] == RESULTS["test_set"]
+    assert metadata["metrics"] == ["sacrebleu"]
+    # huggingface_hub's own parser reads the model-index the Hub shows as evaluation results.
+    model_name, (result,) = model_index_to_eval_results(metadata["model-index"])
+    assert model_name == REPO_ID.split("/")[-1]
+    assert (result.task_type, result.dataset_name) == ("translation", RESULTS["test_set"])
+    assert (result.metric_type, result.metric_name) == ("sacrebleu", "BLEU")
+    assert result.metric_value == round(RESULTS["bleu"], 2)
+    assert result.metric_config == RESULTS["bleu_signature"]
     card = ModelCard.load(tmp_path / "README.md")
-    assert card.data.eval_results[0].metric_value == round(RESULTS["bleu"], 2)
+    assert card.data.eval_results == [result]
     for figure in ("12.35", "1,234", "29,000", "1.5 h", "4,322", "checkpoint-1234", f'model="{REPO_ID}"'):
         assert figure in card.text, figure
     assert f"signature `{RESULTS['bleu_signature']}`" in card.text
@@ -355,8 +367,9 @@ def test_card_of_a_run_without_results_says_not_measured(
     hub: HubServer, pushed: dict, tmp_path: Path
 ) -> None:
     card = ModelCard(repo_file(hub, pushed["branch"], "README.md").decode())
-    assert card.text.startswith("\n# Transformer (big)")
-    assert "model-index" not in card.data.to_dict()
+    assert card.text.startswith("\n# Custom Transformer (base)")  # the branch push's own template
+    assert card.data.eval_results is None and "model-index" not in card.data.to_dict()
+    assert card.data.language is None and card.data.datasets is None
     assert "| test BLEU | not measured |" in card.text
     assert "| optimizer steps | 77 |" in card.text
     assert "| validation loss | 3.5000 |" in card.text
@@ -371,12 +384,12 @@ def test_package_users_load_by_repo_id_and_revision(clients: dict, model_dirs: d
         assert loaded["digest"] == expected["digest"]
         assert loaded["num_beams"] == expected["num_beams"]
         assert loaded["translations"] == expected["translations"]
-        # With the package, the registered pipeline serves: no trust_remote_code needed.
-        assert loaded["custom_pipelines"] is None
+        # The registered task serves, with no trust_remote_code, while the config keeps the repo's entry
+        # for users without the package: loading and saving again gives the pushed config.json.
+        assert loaded["custom_pipelines"] == REPO_PIPELINE
+        assert loaded["resaved_as_pushed"]
     assert model_dirs["expected"]["main"]["digest"] != model_dirs["expected"]["branch"]["digest"]
     assert package_client["ids"] == model_dirs["ids"]
-    # A plain save_pretrained copies no translation_pipeline.py, so its config must not point to one.
-    assert package_client["resaved"] is None
 
 
 def test_filled_cache_serves_package_users_offline(hub: HubServer, clients: dict) -> None:
@@ -425,39 +438,87 @@ def test_cli_reports_bad_input_as_usage_error(tmp_path: Path, capsys: pytest.Cap
     assert "Repo id must" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("token", ["hf_unknown", READ_TOKEN])
+def test_cli_reports_a_refused_token_in_one_line(hub: HubServer, tmp_path: Path, token: str) -> None:
+    """401 (unknown token) and 403 (read-only token): one line saying how to log in, exit status 2."""
+    model_dir = tmp_path / "model"
+    tokenizer = train_shared_bpe_tokenizer(SENTENCES, vocab_size=40, min_frequency=1, show_progress=False)
+    tiny_model(vocab_size=len(tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    script = str(REPO_ROOT / "scripts" / "push_to_hub.py")
+    result = subprocess.run(
+        [sys.executable, script, "--model-dir", str(model_dir), "--repo-id", "org/refused", "--token", token],
+        cwd=REPO_ROOT,
+        env=client_env(hub, tmp_path / "hf_home"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    status = "401 Unauthorized" if token == "hf_unknown" else "403 Forbidden"
+    assert line.startswith(f"push_to_hub.py: error: the Hub refused the token ({status}) for org/refused")
+    assert "hf auth login" in line and "--token" in line
+    assert not result.stdout
+    with pytest.raises(HubError, match="not found"):
+        hub.storage.repo("model", "org/refused")
+
+
 # Card rendering without a Hub.
 
 
-def test_every_template_placeholder_is_known() -> None:
-    config = VanillaTransformerConfig(
+def test_template_renders_for_both_paper_sizes_with_no_variable_left() -> None:
+    base = VanillaTransformerConfig(
         vocab_size=64, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4
     )
-    for name in ("base", "big"):
-        template = (REPO_ROOT / "model_cards" / f"{name}.md").read_text()
-        card = render_model_card(
+    big = VanillaTransformerConfig.from_preset("big", vocab_size=64)
+    template = CARD_TEMPLATE.read_text()
+    cards = {
+        name: render_model_card(
             template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords()
         )
-        assert "{{" not in card.text
+        for name, config in (("base", base), ("big", big))
+    }
+    for name, card in cards.items():
+        assert "{{" not in card.text and "{%" not in card.text
+        assert card.text.startswith(f"\n# Transformer ({name}), {NOT_MEASURED} → {NOT_MEASURED}\n")
         assert card.data.license and card.data.pipeline_tag == "translation"
         assert "of at most the input length + 50 tokens." in card.text
-        # A converted Marian model keeps transformers' fixed bound.
-        marian_like = GenerationConfig(num_beams=4, max_length=512)
-        card = render_model_card(template, REPO_ID, config, marian_like, 1000, RunRecords())
-        assert "of at most 512 tokens." in card.text
+        assert f'pipeline("{TASK}", model="{REPO_ID}")' in card.text
+        assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in card.text
+    # The paper's own figures for each size (Sections 5.2, 6.1, Table 2).
+    assert "100,000 steps" in cards["base"].text and "last 5 checkpoints" in cards["base"].text
+    assert "(27.3 for this model size" in cards["base"].text and "dropout 0.3" not in cards["base"].text
+    assert "300,000 steps" in cards["big"].text and "last 20 checkpoints" in cards["big"].text
+    assert "(28.4 for this model size" in cards["big"].text and "dropout 0.3" in cards["big"].text
+    # A converted Marian model keeps transformers' fixed bound.
+    marian_like = GenerationConfig(num_beams=4, max_length=512)
+    card = render_model_card(template, REPO_ID, base, marian_like, 1000, RunRecords())
+    assert "of at most 512 tokens." in card.text
 
 
-def test_unknown_placeholder_is_an_error() -> None:
+def test_unknown_template_variable_or_missing_metadata_is_an_error() -> None:
+    config = VanillaTransformerConfig(vocab_size=64)
     with pytest.raises(ValueError, match=r"\['blue'\]"):
-        fill_placeholders("BLEU {{ blue }}, code {'a': 1}", {"bleu": "1"})
+        render_model_card(
+            "---\n{{ card_data }}\n---\nBLEU {{ blue }}, code {'a': 1}",
+            REPO_ID,
+            config,
+            GenerationConfig(),
+            1,
+            RunRecords(),
+        )
+    with pytest.raises(ValueError, match="card_data"):
+        render_model_card("BLEU {{ bleu }}", REPO_ID, config, GenerationConfig(), 1, RunRecords())
 
 
 def test_records_naming_local_data_leave_datasets_out() -> None:
     config = VanillaTransformerConfig(vocab_size=64)
-    template = "---\nlicense: apache-2.0\ndatasets:\n- wmt14\n---\nData: {{ dataset }}\n"
+    template = "---\n{{ card_data }}\n---\nData: {{ dataset }}\n"
     records = RunRecords(dataset="data/multi30k/train", bleu=1.0, test_set="data/multi30k/test_2016_flickr")
     card = render_model_card(template, REPO_ID, config, GenerationConfig(), 1000, records)
     assert card.data.datasets is None
-    assert card.text == "Data: data/multi30k/train\n"
+    assert card.text == "Data: data/multi30k/train"
     dataset = card.data.to_dict()["model-index"][0]["results"][0]["dataset"]
     assert dataset == {"name": "data/multi30k/test_2016_flickr", "type": "test_2016_flickr"}
 
@@ -469,19 +530,17 @@ def test_results_json_wins_over_trainer_state(tmp_path: Path) -> None:
     assert (records.steps, records.bleu, records.dev_loss, records.dev_bleu) == (10, 5.0, 3.5, None)
 
 
-def test_config_drops_the_repo_pipeline_where_translation_is_registered() -> None:
-    # Where it is not (no package), the entry stays: test_remote_code_serves_users_without_the_package.
-    entry = {
-        "impl": "translation_pipeline.TranslationPipeline",
-        "pt": ["AutoModelForSeq2SeqLM"],
-        "type": "text",
-    }
-    other = {"impl": "other.OtherPipeline", "pt": [], "type": "text"}
-    config = VanillaTransformerConfig(custom_pipelines={"translation": entry, "other": other})
-    assert config.custom_pipelines == {"other": other}
-    # Set after construction, as push_model does, the entry is saved.
-    config.custom_pipelines = {"translation": entry}
-    assert json.loads(config.to_json_string())["custom_pipelines"] == {"translation": entry}
+def test_config_with_the_repo_pipeline_saves_again_unchanged(tmp_path: Path) -> None:
+    # The package registers its own task and leaves the repo's entry alone: a package user who loads a pushed
+    # config and saves it writes the same config.json.
+    other = {"other": {"impl": "other.OtherPipeline", "pt": [], "type": "text"}}
+    config = VanillaTransformerConfig(vocab_size=64, custom_pipelines=REPO_PIPELINE | other)
+    config.save_pretrained(tmp_path / "first")
+    first = (tmp_path / "first" / "config.json").read_bytes()
+    assert json.loads(first)["custom_pipelines"] == REPO_PIPELINE | other
+    for load in (VanillaTransformerConfig.from_pretrained, AutoConfig.from_pretrained):
+        load(tmp_path / "first").save_pretrained(tmp_path / load.__qualname__)
+        assert (tmp_path / load.__qualname__ / "config.json").read_bytes() == first, load.__qualname__
 
 
 def test_staging_carries_a_converted_fairseq_models_bpe_codes_and_target_vocabulary(tmp_path: Path) -> None:
@@ -507,14 +566,15 @@ def test_staging_carries_a_converted_fairseq_models_bpe_codes_and_target_vocabul
 SEPARATE_VOCABULARY_CLIENT = """
     import json, sys
     args = json.loads(sys.argv[1])
-    if args["remote"]:
-        sys.modules["hf_vanilla_transformer"] = None  # the package cannot be imported
-    else:
-        import hf_vanilla_transformer  # registers the model and its pipeline
     from transformers import pipeline
 
-    # With the package its registered classes serve, as in PACKAGE_CLIENT: no trust_remote_code.
-    translator = pipeline("translation", model=args["repo"], trust_remote_code=args["remote"] or None)
+    if args["remote"]:
+        sys.modules["hf_vanilla_transformer"] = None  # the package cannot be imported
+        translator = pipeline("translation", model=args["repo"], trust_remote_code=True)
+    else:
+        from hf_vanilla_transformer.translation_pipeline import TASK  # the package registers its pipeline
+
+        translator = pipeline(TASK, model=args["repo"])
     translations = translator(args["inputs"], max_new_tokens=args["max_new_tokens"])
     print(json.dumps([r["translation_text"] for r in translations]))
 """

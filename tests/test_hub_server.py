@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hub_server import GITATTRIBUTES, LFS_THRESHOLD, AddFile, HubServer, hub_env, start_hub_server
+from hub_server import (
+    GITATTRIBUTES,
+    LFS_THRESHOLD,
+    READ_TOKEN,
+    WRITE_TOKEN,
+    AddFile,
+    HubError,
+    HubServer,
+    hub_env,
+    start_hub_server,
+)
 
 # Just above the threshold, and a suffix the Hub stores in LFS: the upload must take the LFS path.
 WEIGHTS = random.Random(0).randbytes(LFS_THRESHOLD + 4096)
@@ -383,8 +393,16 @@ def make_repo(hub: HubServer, repo_id: str, files: dict[str, bytes]) -> str:
 
 
 def fetch(
-    hub: HubServer, path: str, method: str = "GET", body: bytes | None = None, **headers: str
+    hub: HubServer,
+    path: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    token: str | None = WRITE_TOKEN,
+    **headers: str,
 ) -> tuple[int, dict[str, str], bytes]:
+    """One request, with `token` as the bearer token (None: no Authorization header)."""
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(hub.url + path, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request) as response:
@@ -427,7 +445,9 @@ def test_error_answers_leave_the_connection_usable(hub: HubServer) -> None:
     make_repo(hub, "org/keepalive", {"a.txt": b"a"})
     connection = http.client.HTTPConnection(hub.url.removeprefix("http://"))
     try:
-        connection.request("POST", "/api/models/org/absent/commit/main", body=b'{"key": "header"}\n' * 1000)
+        body = b'{"key": "header"}\n' * 1000
+        authorization = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+        connection.request("POST", "/api/models/org/absent/commit/main", body=body, headers=authorization)
         response = connection.getresponse()
         assert (response.status, response.getheader("X-Error-Code")) == (404, "RepoNotFound")
         response.read()
@@ -435,3 +455,23 @@ def test_error_answers_leave_the_connection_usable(hub: HubServer) -> None:
         assert connection.getresponse().read() == b"a"
     finally:
         connection.close()
+
+
+def test_tokens_are_checked_as_on_the_hub(hub: HubServer) -> None:
+    make_repo(hub, "org/guarded", {"a.txt": b"a"})
+    create = json.dumps({"name": "created", "organization": "org", "type": "model"}).encode()
+    assert fetch(hub, "/api/repos/create", "POST", create, token=None)[0] == 401
+    assert fetch(hub, "/api/repos/create", "POST", create, token="hf_unknown")[0] == 401
+    status, headers, _ = fetch(hub, "/api/repos/create", "POST", create, token=READ_TOKEN)
+    assert status == 403 and "read-only token" in headers["X-Error-Message"]
+    assert fetch(hub, "/api/models/org/guarded/commit/main", "POST", b"", token=READ_TOKEN)[0] == 403
+    with pytest.raises(HubError, match="not found"):
+        hub.storage.repo("model", "org/created")
+    # An unknown token is refused even for reading; no token or a read token may read.
+    assert fetch(hub, "/org/guarded/resolve/main/a.txt", token="hf_unknown")[0] == 401
+    assert fetch(hub, "/org/guarded/resolve/main/a.txt", token=None)[::2] == (200, b"a")
+    assert fetch(hub, "/org/guarded/resolve/main/a.txt", token=READ_TOKEN)[::2] == (200, b"a")
+    whoami = json.loads(fetch(hub, "/api/whoami-v2", token=READ_TOKEN)[2])
+    assert whoami["auth"]["accessToken"]["role"] == "read"
+    assert fetch(hub, "/api/repos/create", "POST", create)[0] == 200
+    assert not hub.storage.repo("model", "org/created").private
