@@ -703,7 +703,9 @@ class VanillaTransformerForConditionalGeneration(
         )
         logits = self.lm_head(outputs.last_hidden_state)
         if self.config.output_bias:
-            logits = logits + self.final_logits_bias.to(logits.dtype)
+            # In place: the logits are the model's largest tensor (tokens x vocabulary), and a second one
+            # would be fresh memory at every step.
+            logits += self.final_logits_bias.to(logits.dtype)
 
         loss = None
         if labels is not None:
