@@ -2,7 +2,8 @@
 first-class Hugging Face transformers model.
 
 Importing the package registers the model with AutoConfig, AutoModel and AutoModelForSeq2SeqLM,
-restores `pipeline("translation")` (dropped in transformers 5), and marks the classes so that
+registers the translation pipeline under the task "seq2seq-translation" (transformers 5 reserves
+"translation" for models whose config names their own pipeline code), and marks the classes so that
 `save_pretrained` writes their code next to the weights: people without the package load such folders
 or Hub repos with `trust_remote_code=True`.
 """

@@ -39,11 +39,8 @@ from transformers import GenerationConfig
 from . import translation_pipeline
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .conversion import FAIRSEQ_BPE_FILES, TARGET_TOKENIZER_DIR
-from .modeling_vanilla_transformer import (
-    VanillaTransformerForConditionalGeneration,
-    VanillaTransformerModel,
-    paper_generation_config,
-)
+from .generation_vanilla_transformer import paper_generation_config
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from .tokenization import load_tokenizer
 
 RESULTS_FILE = "results.json"

@@ -53,7 +53,7 @@ from .cpu_speedups import (
     reorder_self_attention_layer,
     weights_fixed_for_decoding,
 )
-from .generation_vanilla_transformer import PaperDecodingMixin, gnmt_length_penalty, paper_generation_config
+from .generation_vanilla_transformer import PaperDecodingMixin
 
 
 def sinusoidal_position_encoding(
@@ -767,7 +767,5 @@ __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
-    "gnmt_length_penalty",
-    "paper_generation_config",
     "sinusoidal_position_encoding",
 ]

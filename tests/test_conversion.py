@@ -357,7 +357,7 @@ def test_translate_decodes_with_the_target_tokenizer(tmp_path):
     expected = [target_tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in generated]
     assert (tmp_path / "hyp").read_text().splitlines() == expected
     assert expected != [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in generated]
-    translator = pipeline("translation", model=str(out))
+    translator = pipeline("seq2seq-translation", model=str(out))
     assert [r["translation_text"].strip() for r in translator(lines)] == expected
 
 

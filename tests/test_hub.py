@@ -25,6 +25,7 @@ from huggingface_hub.utils import HFValidationError
 from transformers import AutoConfig, GenerationConfig, pipeline
 
 from hf_vanilla_transformer import VanillaTransformerConfig
+from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.hub import (
     CARD_TEMPLATE,
     NOT_MEASURED,
@@ -33,7 +34,6 @@ from hf_vanilla_transformer.hub import (
     read_run_records,
     render_model_card,
 )
-from hf_vanilla_transformer.modeling_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.translation_pipeline import TASK
 

@@ -17,12 +17,10 @@ pytestmark = pytest.mark.slow
 # Run in the unpacked wheel: where the package was imported from, and the default files it looks for.
 PROBE = """
 import json
-from hf_vanilla_transformer import VanillaTransformerConfig, chatbot, hub
-config = VanillaTransformerConfig.from_preset("base")
-big = VanillaTransformerConfig.from_preset("big")
+from hf_vanilla_transformer import chatbot, hub
 print(json.dumps({
     "package": hub.__file__,
-    "cards": [str(hub.default_card_template(config)), str(hub.default_card_template(big))],
+    "cards": [str(hub.CARD_TEMPLATE)],
     "corpus": str(chatbot.DEFAULT_DATA),
     "pairs": len(chatbot.load_chatbot_pairs()[0]),
 }))
@@ -51,7 +49,7 @@ def test_installed_wheel_finds_its_model_cards_and_chatbot_corpus(unpacked_wheel
     package = unpacked_wheel / "hf_vanilla_transformer"
     # The probe must have imported the wheel's copy, not the checkout this test runs from.
     assert Path(found["package"]).parent == package
-    assert [Path(card).name for card in found["cards"]] == ["base.md", "big.md"]
+    assert [Path(card).name for card in found["cards"]] == ["template.md"]
     for card in found["cards"]:
         assert Path(card).parent == package / "model_cards"
         assert Path(card).read_bytes() == (REPO_ROOT / "model_cards" / Path(card).name).read_bytes()
