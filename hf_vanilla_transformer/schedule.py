@@ -81,8 +81,8 @@ def build_paper_optimizer(
         raise ValueError("The model has no trainable parameters (every parameter has requires_grad=False).")
     if not math.isfinite(lr) or lr <= 0:
         raise ValueError(f"lr must be a positive finite number, got {lr}.")
-    # One fused kernel for all parameters rather than a handful of whole-tensor passes each: a few percent
-    # of a CPU training step (benchmarks/RESULTS.md). It needs every parameter on one CPU or CUDA device.
+    # One fused kernel for all parameters rather than a handful of whole-tensor passes over each, with the
+    # same update rule. It needs every parameter on one CPU or CUDA device.
     devices = {p.device for p in parameters}
     fused = len(devices) == 1 and next(iter(devices)).type in ("cpu", "cuda")
     return torch.optim.Adam(parameters, lr=lr, betas=betas, eps=eps, fused=fused)

@@ -39,24 +39,27 @@ def translate(
     pairs), then put back in input order. Decoding follows `model.generation_config` (the paper's beam
     search, Section 6.1, for models trained or published by this package) unless `generate_kwargs`
     override it. Outputs are decoded with `target_tokenizer` when given (separate target vocabulary, see
-    `load_tokenizers`), else with `tokenizer`.
+    `load_tokenizers`), else with `tokenizer`. A blank sentence (empty or only whitespace) translates to
+    an empty string without reaching the model, which would otherwise decode a sentence from nothing.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     decoder = target_tokenizer or tokenizer
-    encoded = tokenizer(list(sentences), add_special_tokens=True)["input_ids"]
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]), reverse=True)
-    outputs: list[str] = [""] * len(encoded)
+    texts = list(sentences)
+    outputs: list[str] = [""] * len(texts)
+    kept = [i for i, text in enumerate(texts) if text.strip()]
+    encoded = tokenizer([texts[i] for i in kept], add_special_tokens=True)["input_ids"] if kept else []
+    order = sorted(range(len(kept)), key=lambda j: len(encoded[j]), reverse=True)
     model.eval()
     bar = tqdm(total=len(order), desc="Translating", unit="sent", disable=not progress)
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
-        batch = tokenizer.pad({"input_ids": [encoded[i] for i in indices]}, return_tensors="pt")
+        batch = tokenizer.pad({"input_ids": [encoded[j] for j in indices]}, return_tensors="pt")
         batch = {key: value.to(model.device) for key, value in batch.items()}
         with torch.inference_mode():
             generated = model.generate(**batch, **generate_kwargs)
-        for i, text in zip(indices, decoder.batch_decode(generated, skip_special_tokens=True)):
-            outputs[i] = text.strip()
+        for j, text in zip(indices, decoder.batch_decode(generated, skip_special_tokens=True)):
+            outputs[kept[j]] = text.strip()
         bar.update(len(indices))
     bar.close()
     return outputs
@@ -64,9 +67,8 @@ def translate(
 
 def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
     """A copy of `model` whose linear layers hold int8 weights and quantize their inputs on the fly
-    (torch's dynamic quantization), for decoding on CPUs: in generate() 1.5x the fp32 speed at base
-    size here and 1.1x-1.3x at small dims, with slightly different outputs (benchmarks/RESULTS.md; on
-    Multi30k, translate.py ran 1.38x faster and lost 0.21 BLEU). `model` is left as is.
+    (torch's dynamic quantization), for decoding on CPUs: faster than float32, with slightly different
+    outputs (speed and BLEU measured in benchmarks/RESULTS.md). `model` is left as is.
     """
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise ValueError(

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hf_vanilla_transformer.chatbot import (
     DEFAULT_DATA,
@@ -24,6 +26,33 @@ from hf_vanilla_transformer.chatbot import (
     load_chatbot,
     train_chatbot,
 )
+from hf_vanilla_transformer.cli import (
+    ArgumentParser,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
+
+# Each ChatbotSettings field's flag: how its value is read and what it means (defaults: the tutorial's).
+SETTING_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "vocab_size": (positive_int, "target size of the subword vocabulary (the tutorial's 2^13)"),
+    "max_length": (positive_int, "longest question or answer in tokens, start and end included"),
+    "num_layers": (positive_int, "N, layers in the encoder and in the decoder"),
+    "d_model": (positive_int, "d_model, the model width"),
+    "num_heads": (positive_int, "h, attention heads; must divide d_model"),
+    "dff": (positive_int, "d_ff, the inner size of the feed-forward networks"),
+    "dropout": (probability, "P_drop, the dropout rate"),
+    "label_smoothing": (probability, "eps_ls; the tutorial uses none, the paper 0.1"),
+    "warmup_steps": (positive_int, "warm-up of the paper's learning rate (Eq. 3)"),
+    "batch_size": (positive_int, "question-answer pairs per update"),
+    "epochs": (positive_float, "passes over the training pairs; ignored when --max-steps is above 0"),
+    "max_steps": (int, "stop after this many updates when above 0"),
+    "eval_size": (non_negative_int, "pairs held out to measure accuracy on unseen questions (0: none)"),
+    "limit": (positive_int, "use only the first N rows of the corpus (quick trials)"),
+    "logging_steps": (positive_int, "updates between logged training losses"),
+    "seed": (int, "seed of the split, the shuffling and the initialisation"),
+}
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -54,36 +83,38 @@ def _chat(args: argparse.Namespace) -> None:
         chat_session(model, tokenizer, num_beams=args.beams)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, help="what to do")
 
     train = commands.add_parser("train", help="train the chatbot and save it")
-    train.add_argument(
-        "--output-dir", type=Path, default=Path("runs/chatbot_ko"), help="default: %(default)s"
-    )
-    train.add_argument(
-        "--data", type=Path, default=DEFAULT_DATA, help="CSV with columns Q, A (default: shipped)"
-    )
-    # One flag per setting (--epochs, --max-steps, --batch-size, --d-model ...), with the tutorial's defaults.
+    train.add_argument("--output-dir", type=Path, default=Path("runs/chatbot_ko"), help="folder to save to")
+    train.add_argument("--data", type=Path, default=DEFAULT_DATA, help="CSV with columns Q and A")
     for setting in dataclasses.fields(ChatbotSettings):
+        kind, meaning = SETTING_FLAGS[setting.name]
         train.add_argument(
-            "--" + setting.name.replace("_", "-"),
-            type=float if setting.type is float else int,
-            default=setting.default,
-            help="default: %(default)s",
+            "--" + setting.name.replace("_", "-"), type=kind, default=setting.default, help=meaning
         )
     train.set_defaults(run=_train)
 
     chat = commands.add_parser("chat", help="talk to a trained chatbot")
-    chat.add_argument("--model", type=Path, default=Path("runs/chatbot_ko"), help="default: %(default)s")
+    chat.add_argument(
+        "--model", type=Path, default=Path("runs/chatbot_ko"), help="folder of a trained chatbot"
+    )
     chat.add_argument("--ask", help="answer this one question and exit")
-    chat.add_argument("--beams", type=int, default=1, help="beam size; 1 (default) is greedy decoding")
+    chat.add_argument("--beams", type=positive_int, default=1, help="beam size; 1 is greedy decoding")
     chat.set_defaults(run=_chat)
 
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "chat" and not args.model.is_dir():
+        parser.error(f"--model {args.model}: no such folder; train one with `chatbot.py train` first.")
+    if args.command == "train" and not args.data.is_file():
+        parser.error(f"--data {args.data}: no such file; give a CSV with columns Q and A.")
     args.run(args)
 
 

@@ -14,10 +14,10 @@ and does not do; read it. docs/converting.md has the details.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from hf_vanilla_transformer.cli import ArgumentParser
 from hf_vanilla_transformer.conversion import (
     ConversionError,
     convert_fairseq_checkpoint,
@@ -25,11 +25,15 @@ from hf_vanilla_transformer.conversion import (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--from",
+        dest="kind",
+        choices=["marian", "fairseq"],
+        required=True,
+        help="the implementation that wrote the checkpoint",
     )
-    parser.add_argument("--from", dest="kind", choices=["marian", "fairseq"], required=True)
     parser.add_argument(
         "--src", type=Path, required=True, help="Marian model folder, or fairseq checkpoint file (.pt)"
     )
@@ -46,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="fairseq: BPE codes to copy next to the model (default: DATA_DIR/bpecodes)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     fairseq_options = {"--data-dir": args.data_dir, "--source-lang": args.source_lang}
     fairseq_options |= {"--target-lang": args.target_lang, "--bpe-codes": args.bpe_codes}

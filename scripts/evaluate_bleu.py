@@ -9,10 +9,10 @@ Default: detokenized sacreBLEU. `--tokenized`: the paper-style tokenized BLEU wi
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
+from hf_vanilla_transformer.cli import ArgumentParser
 from hf_vanilla_transformer.evaluation import corpus_bleu, tokenized_bleu
 
 
@@ -23,16 +23,19 @@ def _read_lines(path: Path) -> list[str]:
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--hypotheses", type=Path, required=True, help="system output, one segment a line")
     parser.add_argument("--references", type=Path, required=True, help="reference, one segment a line")
     parser.add_argument(
         "--tokenized", action="store_true", help="paper-style tokenized BLEU with ##AT## compound splitting"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     try:

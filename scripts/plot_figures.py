@@ -9,10 +9,10 @@ training curves. Needs the `plots` extra (matplotlib).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from hf_vanilla_transformer.chatbot import load_chatbot, preprocess_sentence
+from hf_vanilla_transformer.cli import ArgumentParser, positive_int
 from hf_vanilla_transformer.plotting import (
     attention_maps,
     find_hangul_font,
@@ -29,18 +29,30 @@ ATTENTION_FILES = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="default: %(default)s")
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="folder for the figures")
     parser.add_argument("--model", type=Path, help="trained chatbot folder; without it no attention figures")
     parser.add_argument("--question", default="영화 볼래?", help="input of the attention figures")
     parser.add_argument("--run", type=Path, nargs="*", default=[], help="scripts/train.py output folders")
-    parser.add_argument("--d-model", type=int, default=256, help="d_model of the schedule figure")
-    parser.add_argument("--warmup-steps", type=int, default=4000, help="warmup of the schedule figure")
-    parser.add_argument("--total-steps", type=int, default=200_000, help="steps of the schedule figure")
+    parser.add_argument("--d-model", type=positive_int, default=256, help="d_model of the schedule figure")
+    parser.add_argument(
+        "--warmup-steps", type=positive_int, default=4000, help="warm-up of the schedule figure"
+    )
+    parser.add_argument(
+        "--total-steps", type=positive_int, default=200_000, help="steps of the schedule figure"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    missing = [
+        str(folder) for folder in [args.model, *args.run] if folder is not None and not folder.is_dir()
+    ]
+    if missing:
+        parser.error(f"no such folder: {', '.join(missing)}; give the folders of trained runs.")
 
     written = [args.out / "positional_encoding.png", args.out / "learning_rate.png"]
     plot_positional_encoding(50, 128, path=written[0])

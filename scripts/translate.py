@@ -4,49 +4,78 @@
     python scripts/translate.py --model org/name --input test.en --output test.hyp.de
 
 Decoding follows the model's generation config (for this package's models, the paper's: beam 4, GNMT
-length penalty 0.6, output up to input length + 50); the flags override it.
+length penalty 0.6, output up to input length + 50); the flags override it. Every input line gives one
+output line; an empty input line gives an empty output line.
 """
 
-import argparse
 import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TextIO
 
 import torch
 from transformers import AutoModelForSeq2SeqLM
 
 import hf_vanilla_transformer  # noqa: F401  (registers the model with the Auto classes)
+from hf_vanilla_transformer.cli import ArgumentParser, non_negative_int, positive_int
 from hf_vanilla_transformer.translation import load_tokenizers, quantize_int8, translate
 
+STANDARD_STREAM = "-"
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+
+def _open(path: str, mode: str, stream: TextIO) -> nullcontext[TextIO] | TextIO:
+    """The file at `path`, or the standard `stream` for "-", which is left open for the caller."""
+    return nullcontext(stream) if path == STANDARD_STREAM else open(path, mode, encoding="utf-8")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True, help="model folder or Hub id")
-    parser.add_argument("--input", default="-", help="file to translate ('-': standard input)")
-    parser.add_argument("--output", default="-", help="where to write translations ('-': standard output)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--num-beams", type=int, default=None)
-    parser.add_argument("--length-penalty", type=float, default=None, help="alpha")
+    parser.add_argument("--input", default=STANDARD_STREAM, help="file to translate ('-': standard input)")
     parser.add_argument(
-        "--length-penalty-type", choices=("gnmt", "transformers"), default=None, help="((5+|Y|)/6)^a or |Y|^a"
+        "--output", default=STANDARD_STREAM, help="where to write translations ('-': standard output)"
     )
-    parser.add_argument("--max-length-offset", type=int, default=None, help="output length <= input + this")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
+    parser.add_argument(
+        "--num-beams", type=positive_int, help="beam size; 1 is greedy (default: the model's)"
+    )
+    parser.add_argument(
+        "--length-penalty", type=float, help="alpha of the length penalty (default: the model's)"
+    )
+    parser.add_argument(
+        "--length-penalty-type",
+        choices=("gnmt", "transformers"),
+        help="gnmt: ((5 + |Y|) / 6)^alpha, transformers: |Y|^alpha (default: the model's)",
+    )
+    parser.add_argument(
+        "--max-length-offset",
+        type=non_negative_int,
+        help="outputs at most this many tokens longer than their input (default: the model's)",
+    )
+    parser.add_argument("--threads", type=positive_int, help="CPU threads for torch (default: torch's)")
     parser.add_argument(
         "--int8",
         action="store_true",
         help="int8 dynamic quantization (CPU): faster, slightly different output",
     )
-    args = parser.parse_args(argv)
+    return parser
 
-    if args.threads:
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.input != STANDARD_STREAM and not Path(args.input).is_file():
+        parser.error(f"--input {args.input}: no such file; give a text file with one sentence a line.")
+    if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
+        parser.error(f"--output {args.output}: its folder does not exist; create it first.")
+
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
     tokenizer, target_tokenizer = load_tokenizers(args.model)
     if args.int8:
         model = quantize_int8(model)
-    source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
-    with source:
+    with _open(args.input, "r", sys.stdin) as source:
         lines = source.read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -63,11 +92,10 @@ def main(argv: list[str] | None = None) -> None:
         lines,
         target_tokenizer=target_tokenizer,
         batch_size=args.batch_size,
-        progress=args.input != "-",
+        progress=args.input != STANDARD_STREAM,
         **overrides,
     )
-    target = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    with target:
+    with _open(args.output, "w", sys.stdout) as target:
         target.writelines(h + "\n" for h in hypotheses)
 
 

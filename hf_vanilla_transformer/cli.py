@@ -1,0 +1,78 @@
+"""What the command-line scripts in `scripts/` share: a parser that reports a bad argument in one line, a
+help layout that shows defaults, and argument types that refuse values no run could use."""
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's own line breaks and adds each option's default to its help, except where
+    there is none to show (None, an empty list, a switch) or the help names it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_text = action.help or ""
+        default = action.default
+        shown = not isinstance(default, bool) and default not in (None, [], argparse.SUPPRESS)
+        if shown and action.option_strings and "%(default)" not in help_text:
+            help_text += " (default: %(default)s)"
+        return help_text
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, `PROG: error: MESSAGE`, with exit status 2: the usage
+    block argparse prints first would bury the message (`--help` still shows it)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+Number = TypeVar("Number", int, float)
+
+
+def _number(
+    text: str, kind: Callable[[str], Number], accept: Callable[[Number], bool], wanted: str
+) -> Number:
+    """`text` read as `kind`, if it is finite and `accept` takes it; else argparse's error naming `wanted`."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or (isinstance(value, float) and not math.isfinite(value)) or not accept(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    return _number(text, int, lambda value: value >= 1, "a positive integer (1 or more)")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer of at least 0."""
+    return _number(text, int, lambda value: value >= 0, "an integer of 0 or more")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number above 0."""
+    return _number(text, float, lambda value: value > 0, "a number above 0")
+
+
+def probability(text: str) -> float:
+    """argparse type: a number in [0, 1), as dropout rates and label smoothing take."""
+    return _number(text, float, lambda value: 0 <= value < 1, "a number in [0, 1)")
+
+
+__all__ = [
+    "ArgumentParser",
+    "HelpFormatter",
+    "non_negative_int",
+    "positive_float",
+    "positive_int",
+    "probability",
+]

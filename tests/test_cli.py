@@ -1,0 +1,232 @@
+"""The command-line scripts: every option explained, bad input refused in one line with exit status 2,
+translate.py's line-for-line output and standard streams, train.py's defaults and model overrides."""
+
+import argparse
+import dataclasses
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from conftest import REPO_ROOT, tiny_model
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.training import TRAINING_PRESETS
+
+SCRIPTS = REPO_ROOT / "scripts"
+OWN_PARSER_SCRIPTS = (
+    "average_checkpoints",
+    "chatbot",
+    "convert_checkpoint",
+    "evaluate_bleu",
+    "plot_figures",
+    "train",
+    "translate",
+)
+SENTENCES = ["A dog runs in the park.", "Two men talk.", "A girl reads a book.", "The dog sleeps."]
+# Every non-empty input translates to the first token of this word, repeated: the tiny model's logits bias
+# makes sure.
+FORCED_WORD = "dog"
+FORCED_LENGTH = 3
+
+
+def load_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny saved model and tokenizer whose greedy output is always the same word, three times."""
+    folder = tmp_path_factory.mktemp("model")
+    tokenizer = train_shared_bpe_tokenizer(SENTENCES * 5, vocab_size=80, min_frequency=1, show_progress=False)
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    ids |= {"bos_token_id": tokenizer.bos_token_id, "decoder_start_token_id": tokenizer.bos_token_id}
+    model = tiny_model(vocab_size=len(tokenizer), output_bias=True, **ids)
+    with torch.no_grad():
+        model.final_logits_bias[0, forced_token(tokenizer)] = 1e4
+    model.generation_config.num_beams = 1
+    model.generation_config.max_new_tokens = FORCED_LENGTH
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def forced_token(tokenizer: PreTrainedTokenizerBase) -> int:
+    return tokenizer(FORCED_WORD, add_special_tokens=False)["input_ids"][0]
+
+
+def forced_translation(model_dir: Path) -> str:
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return tokenizer.decode([forced_token(tokenizer)] * FORCED_LENGTH).strip()
+
+
+def parser_actions(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:
+    """(parser name, action) for every argument of the parser and of its subcommands."""
+    found = []
+    for action in parser._actions:
+        found.append((parser.prog, action))
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                found += parser_actions(subparser)
+    return found
+
+
+@pytest.mark.parametrize("name", OWN_PARSER_SCRIPTS)
+def test_every_option_has_help(name: str) -> None:
+    parser = load_script(name).build_parser()
+    unexplained = [
+        (prog, action.dest) for prog, action in parser_actions(parser) if not (action.help or "").strip()
+    ]
+    assert unexplained == []
+
+
+def test_train_help_shows_what_every_preset_sets(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("train").parse_args(["--help"])
+    assert exit_info.value.code == 0
+    shown: dict[str, str] = {}
+    current = ""
+    for line in capsys.readouterr().out.split("\npresets")[1].splitlines()[1:]:
+        if line.startswith("   "):  # a preset's continuation line
+            shown[current] += " " + line.strip()
+        else:
+            current, shown[current] = line.split(maxsplit=1)
+    assert shown.keys() == TRAINING_PRESETS.keys()
+    for name, preset in TRAINING_PRESETS.items():
+        expected = [f"model {preset.model_preset}", "--bf16 " if preset.bf16 else "--no-bf16"]
+        expected += [f"{key}={value}" for key, value in preset.model_overrides.items()]
+        for field in dataclasses.fields(preset):
+            value = getattr(preset, field.name)
+            if field.name not in ("model_preset", "model_overrides", "bf16") and value is not None:
+                expected.append(f"--{field.name.replace('_', '-')} {value} ")
+        assert [text for text in expected if text not in shown[name] + " "] == [], name
+
+
+BAD_INPUTS = {
+    "translate: missing --input file": (
+        "translate",
+        ["--model", "MODEL", "--input", "MISSING"],
+        "--input",
+    ),
+    "translate: batch size 0": ("translate", ["--model", "MODEL", "--batch-size", "0"], "--batch-size"),
+    "average: --last with --checkpoints": (
+        "average_checkpoints",
+        ["--checkpoints", "a", "b", "--last", "2", "--output", "out"],
+        "--last",
+    ),
+    "average: --last 0": (
+        "average_checkpoints",
+        ["--run-dir", "runs", "--last", "0", "--output", "out"],
+        "--last",
+    ),
+    "train: override value not a number": (
+        "train",
+        ["--output-dir", "out", "--model-override", "d_model=abc"],
+        "d_model=abc",
+    ),
+    "train: override without a value": ("train", ["--output-dir", "out", "--model-override", "N4"], "N4"),
+    "train: override of an unknown setting": (
+        "train",
+        ["--output-dir", "out", "--model-override", "depth=3"],
+        "depth",
+    ),
+    "train: max steps 0": ("train", ["--output-dir", "out", "--max-steps", "0"], "--max-steps"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp_path: Path) -> None:
+    name, args, named = BAD_INPUTS[case]
+    replacements = {"MODEL": str(model_dir), "MISSING": str(tmp_path / "missing.en")}
+    result = run_script(name, *[replacements.get(arg, arg) for arg in args])
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"{name}.py: error: ") and named in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_translate_gives_an_empty_line_for_an_empty_line(model_dir: Path) -> None:
+    result = run_script("translate", "--model", str(model_dir), stdin="A dog runs.\n\nTwo men.\n")
+    assert result.returncode == 0, result.stderr
+    forced = forced_translation(model_dir)
+    assert forced.strip()
+    assert result.stdout.split("\n") == [forced, "", forced, ""]
+
+
+def test_translate_leaves_the_callers_standard_streams_open(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdin = io.StringIO("A dog runs.\n \n")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    load_script("translate").main(["--model", str(model_dir)])
+    assert not stdin.closed and not sys.stdout.closed
+    assert capsys.readouterr().out.split("\n") == [forced_translation(model_dir), "", ""]
+
+
+def test_train_evaluates_on_multi30k_only_when_training_on_it() -> None:
+    parse_args = load_script("train").parse_args
+    default = parse_args(["--output-dir", "out"])
+    assert Path(default.dev).name == "val" and Path(default.test).name == "test_2016_flickr"
+    own = parse_args(["--output-dir", "out", "--train", "corpus/train"])
+    assert own.dev is None and own.test is None
+    given = parse_args(
+        ["--output-dir", "out", "--train", "corpus/train", "--dev", "corpus/dev", "--test", "None"]
+    )
+    assert given.dev == "corpus/dev" and given.test is None
+    assert parse_args(["--output-dir", "out", "--dev", "none"]).dev is None
+
+
+def test_train_reads_override_values_as_numbers_booleans_null_or_words() -> None:
+    items = ["N=4", "P_drop=0.3", "scale_embedding=false", "d_k=null", "position_embedding_type=learned"]
+    settings = load_script("train").parse_args(
+        ["--output-dir", "out", *[arg for item in items for arg in ("--model-override", item)]]
+    )
+    assert settings.model_overrides == {
+        "N": 4,
+        "P_drop": 0.3,
+        "scale_embedding": False,
+        "d_k": None,
+        "position_embedding_type": "learned",
+    }
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("dropout=0.1x", "integer, a number"),
+        ("layer_norm_eps=null", "not null"),
+        ("d_model=nan", "integer, a number"),
+        ("vocab_size=100", "--vocab-size"),
+        ("h=5", "not divisible"),
+        ("activation_function=tanh", "activation_function"),
+    ],
+)
+def test_train_refuses_malformed_overrides(
+    item: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_script("train").parse_args(["--output-dir", "out", "--model-override", item])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.splitlines()) == 1
