@@ -397,6 +397,19 @@ def _prepare_tokenizer(
     return tokenizer
 
 
+# Config fields a new model takes from the tokenizer and the recipe, never from model overrides.
+_SET_BY_THE_RUN = frozenset(
+    (
+        "vocab_size",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "max_position_embeddings",
+    )
+)
+
+
 def _build_model(
     settings: TrainingSettings, recipe: TrainingPreset, tokenizer: PreTrainedTokenizerBase
 ) -> VanillaTransformerForConditionalGeneration:
@@ -417,6 +430,12 @@ def _build_model(
         raise ValueError(
             "The tokenizer has no bos token, which a new model's decoder starts from. Use a tokenizer made "
             "by train_shared_bpe_tokenizer, or add one with tokenizer.add_special_tokens({'bos_token': ...})."
+        )
+    set_by_the_run = sorted(set(recipe.model_overrides) & _SET_BY_THE_RUN)
+    if set_by_the_run:
+        raise ValueError(
+            f"Model overrides {set_by_the_run} are set by the run itself, from the tokenizer and max_length: "
+            "use vocab_size (a new vocabulary) or max_length instead, or a tokenizer with those ids."
         )
     config = VanillaTransformerConfig.from_preset(
         recipe.model_preset,

@@ -198,6 +198,8 @@ def test_bad_input_gets_clear_errors(corpus, tmp_path):
         run_training(settings(corpus, tmp_path / "e", train=str(mismatched)))
     with pytest.raises(ValueError, match="language"):
         run_training(settings(corpus, tmp_path / "f", src_lang="english"))
+    with pytest.raises(ValueError, match=r"\['pad_token_id'\] are set by the run"):
+        run_training(settings(corpus, tmp_path / "g", model_overrides={"d_model": 32, "pad_token_id": 5}))
 
 
 def test_bf16_on_a_cpu_trains_with_eager_attention_and_fast_dropout_masks(corpus, tmp_path, monkeypatch):
