@@ -241,11 +241,18 @@ class FreePositionCacheLayer(DynamicLayer):
         reordered.keys, reordered.values = (buffer[:, :, :-1] for buffer in buffers)
         return reordered
 
+    def _holds_prefixes_of(self, buffers: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        """Whether the keys and values are still the views `reordered` made (not cropped or replaced)."""
+        return all(
+            states._base is buffer and states.shape[-2] == buffer.shape[-2] - 1
+            for states, buffer in zip((self.keys, self.values), buffers)
+        )
+
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
         buffers, self._free_buffers = getattr(self, "_free_buffers", None), None
-        if buffers is None or key_states.shape[-2] != 1:
+        if buffers is None or key_states.shape[-2] != 1 or not self._holds_prefixes_of(buffers):
             return super().update(key_states, value_states, *args, **kwargs)
         key_buffer, value_buffer = buffers
         key_buffer[:, :, -1:].copy_(key_states)

@@ -315,3 +315,18 @@ def test_fast_dropout_masks_apply_within_the_block_only_and_survive_checkpointin
         torch.testing.assert_close(a, b)
     assert {name: type(module) for name, module in model.named_modules()} == before
     assert "FastMaskDropout" not in str(model)
+
+
+def test_a_reordered_cache_layer_that_is_cropped_concatenates_again():
+    """A returned cache may be cropped or re-indexed by its user: the free position is then not used."""
+    generator = torch.Generator().manual_seed(0)
+    layer = DynamicLayer()
+    layer.update(*torch.randn(2, 4, 2, 5, 3, generator=generator))
+    beam_idx = torch.tensor([3, 0, 0, 1])
+    reordered = cpu_speedups.FreePositionCacheLayer.reordered(layer, beam_idx)
+    torch.testing.assert_close(reordered.keys, layer.keys[beam_idx])
+    reordered.crop(-2)
+    new_key, new_value = torch.randn(2, 4, 2, 1, 3, generator=generator)
+    keys, values = reordered.update(new_key, new_value)
+    torch.testing.assert_close(keys, torch.cat([layer.keys[beam_idx][:, :, :3], new_key], dim=-2))
+    torch.testing.assert_close(values, torch.cat([layer.values[beam_idx][:, :, :3], new_value], dim=-2))
