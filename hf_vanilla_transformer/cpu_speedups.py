@@ -135,9 +135,9 @@ def _decoding_weight(module: nn.Module, weight: torch.Tensor, rows: int) -> torc
 
 
 class CPULinear(nn.Linear):
-    """`nn.Linear`, whose float32 products on x86 CPUs run through oneDNN (decoding 1.1x-2x faster than
-    torch's default GEMM on AMD CPUs, a float32 training step about 1.1x at base size; the same float32
-    arithmetic, summed in another order). Everywhere else, and under autocast or torch.compile, it is
+    """`nn.Linear`, whose float32 products on x86 CPUs run through oneDNN rather than torch's default GEMM
+    (faster in decoding and in a float32 training step at base size, see benchmarks/RESULTS.md; the same
+    float32 arithmetic, summed in another order). Everywhere else, and under autocast or torch.compile, it is
     `nn.Linear.forward` itself. Wrappers see an `nn.Linear`: accelerate's offload hooks load the weight
     before this forward runs, and PEFT wraps it as it wraps any linear layer.
 
@@ -201,7 +201,7 @@ def sdpa_with_cpu_decoding_steps(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers' SDPA attention, except for a decoding step on a CPU (one query row, no gradient),
-    where SDPA's kernels cost 2-4x what two plain matmuls do. Like SDPA it returns no attention weights."""
+    where SDPA's kernels cost more than two plain matmuls. Like SDPA it returns no attention weights."""
     if query.shape[2] == 1 and not torch.is_grad_enabled() and _eager_cpu(query):
         scale = query.shape[-1] ** -0.5 if scaling is None else scaling
         return _single_query_attention(query, key, value, attention_mask, scale), None
@@ -385,8 +385,8 @@ class _FastMaskDropoutFunction(torch.autograd.Function):
 
 
 class FastMaskDropout(nn.Dropout):
-    """`nn.Dropout` with masks drawn two elements per 64-bit draw of torch's generator on CPUs (about 3x
-    faster per mask than `bernoulli_`). Same keep probability and still reproducible from torch's seed,
+    """`nn.Dropout` with masks drawn two elements per 64-bit draw of torch's generator on CPUs (faster per
+    mask than `bernoulli_`). Same keep probability and still reproducible from torch's seed,
     but the masks differ from `nn.functional.dropout`'s for that seed. Elsewhere, `nn.Dropout` itself."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -397,8 +397,8 @@ class FastMaskDropout(nn.Dropout):
 
 @contextmanager
 def fast_dropout_masks(model: nn.Module) -> Iterator[None]:
-    """Within the block, the model's `nn.Dropout` modules draw their masks as `FastMaskDropout` does (a
-    bf16 training step on a CPU spends about 10% of its time in torch's masks, about 3% in these). The
+    """Within the block, the model's `nn.Dropout` modules draw their masks as `FastMaskDropout` does (in a
+    bf16 training step on a CPU, torch's per-element masks take a noticeable share of the time). The
     modules are put back on the way out, so a saved or published model never depends on this."""
     swapped = []
     for parent in model.modules():
