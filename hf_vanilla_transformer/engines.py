@@ -70,6 +70,7 @@ _CT2_SETTINGS = (
     "max_new_tokens",
     "max_length",
     "bad_words_ids",
+    "min_new_tokens",
 )
 _CT2_DESCRIPTIVE = (
     "bos_token_id",
@@ -127,6 +128,9 @@ class CTranslate2Options:
     # ... or, for the paper's rule, after the input length + this many (the end token not counted).
     length_offset: int | None = None
     suppress_sequences: list[list[str]] | None = None
+    # No end token before this many new tokens (transformers' min_new_tokens, CTranslate2's
+    # min_decoding_length; CTranslate2's own default of 1 is not transformers').
+    min_new_tokens: int = 0
 
     def max_decoding_length(self, source_length: int, positions: int) -> int:
         """CTranslate2's `max_decoding_length` for inputs of `source_length` tokens: with the paper's rule,
@@ -190,6 +194,7 @@ def ctranslate2_options(
         max_new_tokens=max_new_tokens,
         length_offset=offset,
         suppress_sequences=[[target_tokens[i] for i in ids] for ids in bad_words] or None,
+        min_new_tokens=settings.get("min_new_tokens") or 0,
     )
 
 
@@ -247,7 +252,7 @@ class CTranslate2Seq2SeqLM:
                 num_hypotheses=options.beam_size,
                 length_penalty=options.ctranslate2_length_penalty,
                 max_decoding_length=max_length,
-                min_decoding_length=0,
+                min_decoding_length=options.min_new_tokens,
                 max_input_length=0,
                 suppress_sequences=options.suppress_sequences,
                 return_scores=True,

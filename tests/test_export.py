@@ -332,6 +332,10 @@ def test_ctranslate2_options_follow_generate_and_refuse_what_they_cannot_apply()
     assert paper.max_decoding_length(1000, positions=1024) == 1024
     fixed = ctranslate2_options(config, {"max_new_tokens": 7, "num_beams": 1}, tokens)
     assert (fixed.beam_size, fixed.max_decoding_length(10, positions=1024)) == (1, 7)
+    assert (
+        paper.min_new_tokens,
+        ctranslate2_options(config, {"min_new_tokens": 5}, tokens).min_new_tokens,
+    ) == (0, 5)
     assert ctranslate2_options(GenerationConfig(max_length=12), {}, tokens).max_decoding_length(3, 64) == 11
     with pytest.raises(ValueError, match=r"cannot apply \['do_sample', 'top_k'\]"):
         ctranslate2_options(config, {"do_sample": True, "top_k": 5}, tokens)
