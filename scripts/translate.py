@@ -2,6 +2,7 @@
 
     echo "A dog runs in the park." | python scripts/translate.py --model runs/demo/model
     python scripts/translate.py --model org/name --input test.en --output test.hyp.de
+    python scripts/translate.py --model runs/demo/ct2 --engine ctranslate2 --input test.en   # an export
 
 Decoding follows the model's generation config (for this package's models, the paper's: beam 4, GNMT
 length penalty 0.6, output up to input length + 50); the flags override it. Every input line gives one
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import TextIO
 
 import torch
-from transformers import AutoModelForSeq2SeqLM
 
 import hf_vanilla_transformer  # noqa: F401  (registers the model with the Auto classes)
 from hf_vanilla_transformer.cli import ArgumentParser, non_negative_int, positive_int
-from hf_vanilla_transformer.translation import load_tokenizers, quantize_int8, translate
+from hf_vanilla_transformer.engines import ENGINES, detect_engine, load_translator
+from hf_vanilla_transformer.translation import quantize_int8
 
 STANDARD_STREAM = "-"
 
@@ -52,7 +53,12 @@ def build_parser() -> ArgumentParser:
         type=non_negative_int,
         help="outputs at most this many tokens longer than their input (default: the model's)",
     )
-    parser.add_argument("--threads", type=positive_int, help="CPU threads for torch (default: torch's)")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="torch, or the engine of a folder written by scripts/export.py (default: the folder's)",
+    )
+    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
     parser.add_argument(
         "--int8",
         action="store_true",
@@ -69,12 +75,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
         parser.error(f"--output {args.output}: its folder does not exist; create it first.")
 
+    engine = args.engine or detect_engine(args.model)
+    if args.int8 and engine != "torch":
+        parser.error("--int8 quantizes the PyTorch model; export with --quantization int8 for CTranslate2.")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    model = AutoModelForSeq2SeqLM.from_pretrained(args.model)
-    tokenizer, target_tokenizer = load_tokenizers(args.model)
+    try:
+        translator = load_translator(args.model, engine, threads=args.threads or 0)
+    except ValueError as error:
+        parser.error(str(error))
     if args.int8:
-        model = quantize_int8(model)
+        translator.model = quantize_int8(translator.model)
     with _open(args.input, "r", sys.stdin) as source:
         lines = source.read().split("\n")
     if lines and lines[-1] == "":
@@ -86,14 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         "max_length_offset": args.max_length_offset,
     }
     overrides = {key: value for key, value in overrides.items() if value is not None}
-    hypotheses = translate(
-        model,
-        tokenizer,
-        lines,
-        target_tokenizer=target_tokenizer,
-        batch_size=args.batch_size,
-        progress=args.input != STANDARD_STREAM,
-        **overrides,
+    hypotheses = translator.translate(
+        lines, batch_size=args.batch_size, progress=args.input != STANDARD_STREAM, **overrides
     )
     with _open(args.output, "w", sys.stdout) as target:
         target.writelines(h + "\n" for h in hypotheses)

@@ -25,6 +25,7 @@ OWN_PARSER_SCRIPTS = (
     "chatbot",
     "convert_checkpoint",
     "evaluate_bleu",
+    "export",
     "plot_figures",
     "train",
     "translate",

@@ -448,3 +448,43 @@ def test_load_model_says_which_engine_a_folder_needs(tmp_path):
     with pytest.raises(ValueError, match="is not an exported folder"):
         load_model(tmp_path / "model", "ctranslate2")
     assert detect_engine(tmp_path / "model") == "torch"
+
+
+def _load_translate_script():
+    spec = importlib.util.spec_from_file_location("script_translate", REPO_ROOT / "scripts" / "translate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_ctranslate2
+def test_translate_script_decodes_an_exported_folder_as_the_model(tmp_path, capsys):
+    translate_script = _load_translate_script()
+    model = tiny_model(seed=4)
+    model.generation_config = paper_generation_config(model.config)
+    model.save_pretrained(tmp_path / "model")
+    _vocabulary_tokenizer(64).save_pretrained(tmp_path / "model")
+    export_script.main(
+        ["--model", str(tmp_path / "model"), "--to", "ctranslate2", "--out", str(tmp_path / "ct2")]
+    )
+    (tmp_path / "source.txt").write_text("t5 t9 t13\n\nt7 t3 t21 t8\n")
+    outputs = {}
+    for name in ("model", "ct2"):
+        translate_script.main(
+            [
+                "--model",
+                str(tmp_path / name),
+                "--input",
+                str(tmp_path / "source.txt"),
+                "--output",
+                str(tmp_path / f"{name}.hyp"),
+            ]
+        )
+        outputs[name] = (tmp_path / f"{name}.hyp").read_text()
+    assert outputs["ct2"] == outputs["model"] and outputs["model"].count("\n") == 3
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        translate_script.main(
+            ["--model", str(tmp_path / "ct2"), "--int8", "--input", str(tmp_path / "source.txt")]
+        )
+    assert exit_info.value.code == 2 and capsys.readouterr().err.count("\n") == 1
