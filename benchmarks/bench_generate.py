@@ -74,11 +74,8 @@ def hf_generate(
 
 def without_cpu_speedups(decode: Callable[[], torch.Tensor]) -> torch.Tensor:
     """`decode()` with `cpu_speedups.ENABLED` off: the same model as plain torch and transformers code."""
-    cpu_speedups.ENABLED = False
-    try:
+    with cpu_speedups.switched(False):
         return decode()
-    finally:
-        cpu_speedups.ENABLED = True
 
 
 def suppress_end_token(*models: torch.nn.Module) -> None:

@@ -99,13 +99,10 @@ class Trainee:
         if compile_ and self.compiled is None:
             self.compiled = torch.compile(self.model)
         module = self.compiled if compile_ else self.model
-        cpu_speedups.ENABLED = self.cpu_speedups_on
-        try:
+        with cpu_speedups.switched(self.cpu_speedups_on):
             with autocast(precision):
                 loss = module(**batch).loss
             loss.backward()
-        finally:
-            cpu_speedups.ENABLED = True
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.item()

@@ -42,6 +42,18 @@ ENABLED = os.environ.get("VANILLA_TRANSFORMER_CPU_SPEEDUPS", "1").strip().lower(
 _X86_ONEDNN = torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64")
 
 
+@contextmanager
+def switched(enabled: bool) -> Iterator[None]:
+    """`ENABLED` set to `enabled` within the block and restored after it. The switch is process-wide: for
+    comparisons in one process (benchmarks), not for a server whose threads should decode alike."""
+    global ENABLED
+    previous, ENABLED = ENABLED, enabled
+    try:
+        yield
+    finally:
+        ENABLED = previous
+
+
 def _eager_cpu(tensor: torch.Tensor) -> bool:
     """A tensor on the CPU outside torch.compile's tracing and torch.func's transforms, with speed-ups on."""
     return (

@@ -86,13 +86,13 @@ _CT2_DESCRIPTIVE = (
 
 def detect_engine(name_or_path: str | Path) -> str:
     """The engine that reads a folder: the one its export info names, else "torch" (model folder, Hub id)."""
-    info = read_export_info(name_or_path) if Path(name_or_path).is_dir() else None
+    info = read_export_info(name_or_path)
     return info["engine"] if info else "torch"
 
 
 def export_info(name_or_path: str | Path, engine: str) -> dict[str, Any]:
     """The export info of a folder exported for `engine`; ValueError saying what the folder is otherwise."""
-    info = read_export_info(name_or_path) if Path(name_or_path).is_dir() else None
+    info = read_export_info(name_or_path)
     if info is None or info["engine"] != engine:
         found = f"a {info['engine']} export" if info else "not an exported folder"
         raise ValueError(
