@@ -41,6 +41,7 @@ from .data import load_parallel_data, tokenize_pairs
 from .evaluation import corpus_bleu
 from .generation_vanilla_transformer import paper_generation_config
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .presets import TRAINING_PRESETS, TrainingPreset
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
 from .translation import translate
@@ -49,47 +50,6 @@ TOKENIZER_DIR = "tokenizer"
 FINAL_MODEL_DIR = "model"
 RESULTS_FILE = "results.json"
 RECIPE_FILE = "training_recipe.json"
-
-
-@dataclass(frozen=True)
-class TrainingPreset:
-    """One training recipe: the model (a config preset plus overrides) and how to train it."""
-
-    model_preset: str
-    model_overrides: dict[str, Any]
-    max_steps: int
-    tokens_per_step: int  # source (and target) tokens per optimizer step, over all devices
-    max_tokens: int  # per device and micro-batch
-    warmup_steps: int
-    vocab_size: int
-    save_steps: int
-    keep_checkpoints: int
-    average_checkpoints: int
-    eval_steps: int
-    lr_scale: float = 1.0
-    max_length: int = 256
-    max_minutes: float | None = None  # stop (and save) after this much training time
-    bf16: bool = False  # bf16 autocast where the CPU or GPU computes bf16 natively
-
-
-CPU_MODEL = {"d_model": 256, "N": 3, "h": 4, "d_ff": 1024}
-
-TRAINING_PRESETS: dict[str, TrainingPreset] = {
-    # Section 5: 100k steps of ~25000 + 25000 tokens on 8 GPUs; the last 5 checkpoints averaged.
-    "base": TrainingPreset("base", {}, 100_000, 25_000, 3125, 4000, 37_000, 1000, 5, 5, 1000),
-    # Section 6.1: 300k steps; the last 20 checkpoints averaged.
-    "big": TrainingPreset("big", {}, 300_000, 25_000, 3125, 4000, 37_000, 1000, 20, 20, 1000),
-    # A 2-core CPU: a narrower, shallower model and smaller batches, the same recipe otherwise.
-    # One hour of training at most, then the last 5 checkpoints averaged; bf16 where the CPU has it.
-    "cpu": TrainingPreset(
-        "base", CPU_MODEL, 20_000, 4096, 4096, 1000, 8000, 500, 5, 5, 500, max_minutes=60, bf16=True
-    ),
-    # The README's demo: the cpu model for seven minutes on the shipped Multi30k, then evaluation. Half
-    # the cpu preset's batch and a shorter warm-up: in so few minutes, more updates learn more.
-    "cpu-demo": TrainingPreset(
-        "base", CPU_MODEL, 5000, 2048, 2048, 300, 8000, 200, 3, 3, 200, max_minutes=7, bf16=True
-    ),
-}
 
 
 @dataclass

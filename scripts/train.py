@@ -21,7 +21,8 @@ from typing import Any
 
 from hf_vanilla_transformer.cli import ArgumentParser, positive_float, positive_int
 from hf_vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
-from hf_vanilla_transformer.training import TRAINING_PRESETS, TrainingPreset, TrainingSettings, run_training
+from hf_vanilla_transformer.presets import TRAINING_PRESETS, TrainingPreset
+from hf_vanilla_transformer.training import TrainingSettings, run_training
 
 # The shipped Multi30k, wherever the script is run from.
 MULTI30K = Path(__file__).resolve().parent.parent / "data" / "multi30k"

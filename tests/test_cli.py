@@ -16,8 +16,8 @@ import torch
 from conftest import REPO_ROOT, tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from hf_vanilla_transformer.presets import TRAINING_PRESETS
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.training import TRAINING_PRESETS
 
 SCRIPTS = REPO_ROOT / "scripts"
 OWN_PARSER_SCRIPTS = (
