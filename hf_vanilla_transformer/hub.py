@@ -15,7 +15,10 @@
   5 has no translation task of its own); package users call `pipeline("seq2seq-translation", model=repo)`;
 - `README.md`, the model card: the package's Jinja template `model_cards/template.md` rendered with
   `huggingface_hub.ModelCard.from_template`, its metadata a `ModelCardData` whose `model-index` holds the
-  measured test BLEU with its sacreBLEU signature (the Hub shows it as an evaluation result).
+  measured test BLEU with its sacreBLEU signature (the Hub shows it as an evaluation result);
+- on request, `ctranslate2/`: the model exported for CTranslate2 by `export.export_ctranslate2` (model,
+  vocabularies, tokenizers and decoding settings), which `ctranslate2.Translator` loads once downloaded, and
+  the card says how.
 
 Model card figures are never typed by hand: architecture and decoding figures come from the model's config
 and generation config, measured ones from the run's own records in the model folder (see `RunRecords`).
@@ -39,9 +42,11 @@ from transformers import GenerationConfig
 from . import translation_pipeline
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .conversion import FAIRSEQ_BPE_FILES, TARGET_TOKENIZER_DIR
+from .export import ExportSource, export_ctranslate2
 from .generation_vanilla_transformer import paper_generation_config
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from .tokenization import load_tokenizer
+from .translation_pipeline import find_target_tokenizer
 
 RESULTS_FILE = "results.json"
 TRAINER_STATE_FILE = "trainer_state.json"
@@ -54,6 +59,10 @@ NOT_MEASURED = "not measured"
 # Weight files of an earlier push that this one does not overwrite must go: a stale `model.safetensors`
 # next to a new sharded index would be loaded instead of the new shards, and vice versa.
 STALE_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
+# The repo folder of the CTranslate2 export. An earlier push's export that this push does not replace goes
+# too: it holds the earlier weights.
+CTRANSLATE2_DIR = "ctranslate2"
+STALE_PATTERNS = (*STALE_WEIGHT_PATTERNS, f"{CTRANSLATE2_DIR}/*")
 # Model card metadata that holds for every model this package publishes; the rest comes from the run.
 CARD_METADATA = {
     "license": "apache-2.0",
@@ -157,11 +166,13 @@ def card_values(
     generation_config: GenerationConfig,
     num_parameters: int,
     records: RunRecords,
+    ctranslate2: str | None = None,
 ) -> dict[str, str]:
     """The value of each variable a model card template may use (`{{ name }}`), as text.
 
     `paper_model` is the paper's model size the card compares with: "big" for models of its width, "base"
-    otherwise.
+    otherwise. `ctranslate2` is the weight type of the repo's CTranslate2 export ("float32", "int8", ...),
+    empty when the repo has none (`{% if ctranslate2 %}` in a template).
     """
     averaged = records.averaged_checkpoints
     if averaged is None:
@@ -201,6 +212,8 @@ def card_values(
         "test_set": _figure(records.test_set),
         "dev_bleu": _figure(records.dev_bleu, "{:.2f}"),
         "dev_loss": _figure(records.dev_loss, "{:.4f}"),
+        "ctranslate2": ctranslate2 or "",
+        "ctranslate2_dir": CTRANSLATE2_DIR,
     }
 
 
@@ -239,15 +252,17 @@ def render_model_card(
     generation_config: GenerationConfig,
     num_parameters: int,
     records: RunRecords,
+    ctranslate2: str | None = None,
 ) -> ModelCard:
     """The model card: `ModelCard.from_template` with `card_data(...)` as `{{ card_data }}` (the YAML block)
-    and `card_values(...)` for the other variables of the Jinja `template`.
+    and `card_values(...)` for the other variables of the Jinja `template`; `ctranslate2` is the weight type
+    of the repo's CTranslate2 export, None when it has none.
 
     Raises:
         ValueError: the template uses a variable `card_values` does not provide (a typo must not publish a
             blank), or lacks `{{ card_data }}` (the card would carry no metadata).
     """
-    values = card_values(repo_id, config, generation_config, num_parameters, records)
+    values = card_values(repo_id, config, generation_config, num_parameters, records, ctranslate2)
     used = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(template))
     unknown = sorted(used - values.keys() - {"card_data"})
     if unknown:
@@ -278,15 +293,24 @@ def stage_repo(
     repo_id: str,
     card_template: str | Path | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    with_ctranslate2: bool = False,
+    ctranslate2_quantization: str | None = None,
 ) -> ModelCard:
     """Write into `folder` every file the Hub repo gets (see the module docstring); returns the card.
+
+    With `with_ctranslate2`, `CTRANSLATE2_DIR` holds the model exported for CTranslate2 with weights of type
+    `ctranslate2_quantization` (one of `export.CTRANSLATE2_QUANTIZATIONS`; None: float32).
 
     Raises:
         FileNotFoundError: `model_dir` is missing or lacks config.json or the tokenizer, or the card
             template does not exist.
         ValueError: the tokenizer lacks a special token, a record file is not a JSON object, or the
-            template uses an unknown variable or lacks `{{ card_data }}`.
+            template uses an unknown variable or lacks `{{ card_data }}`; `ctranslate2_quantization`
+            without `with_ctranslate2`.
+        ExportError (a ValueError): ctranslate2 is not installed, or the model is one CTranslate2 cannot hold.
     """
+    if ctranslate2_quantization is not None and not with_ctranslate2:
+        raise ValueError("A CTranslate2 quantization applies to the CTranslate2 export: ask for it too.")
     model_dir, folder = Path(model_dir), Path(folder)
     _check_model_dir(model_dir)
     tokenizer = load_tokenizer(model_dir)
@@ -325,6 +349,10 @@ def stage_repo(
             shutil.copytree(source, folder / extra, dirs_exist_ok=True)
         elif source.is_file():
             shutil.copyfile(source, folder / extra)
+    if with_ctranslate2:
+        # The export converts float32 weights; the model folder may hold others.
+        exported = ExportSource(model.float(), tokenizer, find_target_tokenizer(model_dir), name=repo_id)
+        export_ctranslate2(exported, folder / CTRANSLATE2_DIR, ctranslate2_quantization)
 
     card = render_model_card(
         template_path.read_text(encoding="utf-8"),
@@ -333,6 +361,7 @@ def stage_repo(
         model.generation_config,
         model.num_parameters(),
         read_run_records(model_dir),
+        ctranslate2=(ctranslate2_quantization or "float32") if with_ctranslate2 else None,
     )
     card.save(folder / CARD_FILE)
     return card
@@ -347,11 +376,13 @@ def push_model(
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
     commit_message: str | None = None,
     token: str | None = None,
+    with_ctranslate2: bool = False,
+    ctranslate2_quantization: str | None = None,
 ) -> CommitInfo:
     """Publish the model saved in `model_dir` as Hub repo `repo_id` with `HfApi.upload_folder`.
 
-    Weight files (`STALE_WEIGHT_PATTERNS`) already in the repo that this push does not overwrite are deleted
-    in the same commit.
+    Weight files (`STALE_WEIGHT_PATTERNS`) and CTranslate2 export files already in the repo that this push
+    does not overwrite are deleted in the same commit.
 
     Args:
         model_dir: a folder written by `save_pretrained` with the tokenizer saved next to the weights, and
@@ -364,6 +395,8 @@ def push_model(
         max_shard_size: largest safetensors file; bigger models are split into shards.
         commit_message: defaults to "Upload <model_dir name> with hf-vanilla-transformer".
         token: Hub token; defaults to the logged-in one (HF_TOKEN or `hf auth login`).
+        with_ctranslate2: also upload the model exported for CTranslate2, in the repo's `CTRANSLATE2_DIR`.
+        ctranslate2_quantization: the export's weight type (see `stage_repo`); None: float32.
 
     Returns:
         The commit's `CommitInfo` (`.oid`, `.commit_url`).
@@ -377,7 +410,15 @@ def push_model(
     validate_repo_id(repo_id)
     model_dir = Path(model_dir)
     with tempfile.TemporaryDirectory() as folder:
-        card = stage_repo(model_dir, folder, repo_id, card_template, max_shard_size)
+        card = stage_repo(
+            model_dir,
+            folder,
+            repo_id,
+            card_template,
+            max_shard_size,
+            with_ctranslate2=with_ctranslate2,
+            ctranslate2_quantization=ctranslate2_quantization,
+        )
         card.validate()
         api = HfApi(token=token)
         api.create_repo(repo_id, private=private, exist_ok=True)
@@ -388,12 +429,13 @@ def push_model(
             folder_path=folder,
             revision=revision,
             commit_message=commit_message or f"Upload {model_dir.resolve().name} with hf-vanilla-transformer",
-            delete_patterns=list(STALE_WEIGHT_PATTERNS),
+            delete_patterns=list(STALE_PATTERNS),
         )
 
 
 __all__ = [
     "CARD_TEMPLATE",
+    "CTRANSLATE2_DIR",
     "RunRecords",
     "card_data",
     "card_values",

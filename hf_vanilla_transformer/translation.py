@@ -1,5 +1,5 @@
-"""Translating many sentences: batches of similar length, the model's own decoding rules, progress; and
-int8 dynamic quantization for faster decoding on CPUs."""
+"""Translating many sentences: batches of similar length, the model's own decoding rules, progress; the
+device to translate on; and int8 dynamic quantization for faster decoding on CPUs."""
 
 import copy
 import warnings
@@ -21,6 +21,32 @@ def load_tokenizers(
     """A model's tokenizer, and its target tokenizer when the source and target vocabularies are separate
     (converted fairseq models keep it in `target_tokenizer/`): pass both to `translate`."""
     return AutoTokenizer.from_pretrained(model_name_or_path), find_target_tokenizer(model_name_or_path)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """The torch device that `device` names: "auto" is CUDA when torch finds a CUDA device, else the CPU;
+    "cpu", "cuda" and "cuda:N" are themselves.
+
+    Raises:
+        ValueError: `device` is not a torch device, or names a CUDA device torch does not find here.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{device!r} is not a device: use auto, cpu, cuda or cuda:N.") from None
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
+            raise ValueError(
+                f"{device}: torch ({torch.__version__}, {build}) finds no CUDA device here; use cpu, or a "
+                "machine with an NVIDIA GPU and a CUDA build of torch."
+            )
+        if resolved.index is not None and resolved.index >= count:
+            raise ValueError(f"{device}: torch finds {count} CUDA device(s) here, numbered from 0.")
+    return resolved
 
 
 def translate(

@@ -1,52 +1,8 @@
-"""Average the parameters of a run's last K checkpoints into one model (Section 6.1: the base models
-average the last 5 checkpoints, the big models the last 20).
+"""`vanilla-transformer average`, run from a checkout; `--help` lists its options."""
 
-    python scripts/average_checkpoints.py --run-dir runs/base --last 5 --output runs/base/averaged
-    python scripts/average_checkpoints.py --checkpoints runs/a/checkpoint-9 runs/a/checkpoint-10 --output avg
-"""
+import sys
 
-from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
-from hf_vanilla_transformer.cli import ArgumentParser, positive_int
-
-DEFAULT_LAST = 5
-
-
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(description=__doc__)
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--run-dir", help="a training output folder with checkpoint-N folders")
-    source.add_argument(
-        "--checkpoints",
-        nargs="+",
-        help="checkpoint folders to average; the last one's config and tokenizer files are copied",
-    )
-    parser.add_argument(
-        "--last",
-        type=positive_int,
-        help=f"with --run-dir: how many of the newest checkpoints to average (default: {DEFAULT_LAST})",
-    )
-    parser.add_argument("--output", required=True, help="folder for the averaged model")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.checkpoints and args.last is not None:
-        parser.error(
-            "--last counts the checkpoints of --run-dir; with --checkpoints, list only those to average."
-        )
-
-    try:
-        if args.run_dir:
-            checkpoints = last_checkpoints(args.run_dir, args.last or DEFAULT_LAST)
-        else:
-            checkpoints = args.checkpoints
-        output = average_checkpoints(checkpoints, args.output)
-    except (FileNotFoundError, ValueError) as error:
-        parser.error(str(error))
-    print(f"Averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {output}")
-
+from hf_vanilla_transformer.commands.average import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,84 +1,8 @@
-#!/usr/bin/env python
-"""Convert a Marian (opus-mt) or fairseq Transformer checkpoint into this package's format.
-
-    python scripts/convert_checkpoint.py --from marian --src opus-mt-en-de/ --out converted-en-de/
-    python scripts/convert_checkpoint.py --from fairseq --src wmt16.en-de.joined-dict.transformer/model.pt \\
-        --data-dir wmt16.en-de.joined-dict.transformer/ --out converted-big/ \\
-        [--source-lang en --target-lang de] [--bpe-codes FILE]
-
-The output is a save_pretrained folder (safetensors, config, generation config, tokenizer) that
-AutoModelForSeq2SeqLM and AutoTokenizer load after `import hf_vanilla_transformer`, or with
-trust_remote_code=True. The summary printed at the end lists every key mapping and what the tokenizer does
-and does not do; read it. docs/converting.md has the details.
-"""
-
-from __future__ import annotations
+"""`vanilla-transformer convert`, run from a checkout; `--help` lists its options."""
 
 import sys
-from pathlib import Path
 
-from hf_vanilla_transformer.cli import ArgumentParser
-from hf_vanilla_transformer.conversion import (
-    ConversionError,
-    convert_fairseq_checkpoint,
-    convert_marian_folder,
-)
-
-
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--from",
-        dest="kind",
-        choices=["marian", "fairseq"],
-        required=True,
-        help="the implementation that wrote the checkpoint",
-    )
-    parser.add_argument(
-        "--src", type=Path, required=True, help="Marian model folder, or fairseq checkpoint file (.pt)"
-    )
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--data-dir", type=Path, help="fairseq: folder with dict.<lang>.txt (and bpecodes)")
-    parser.add_argument(
-        "--source-lang", help="fairseq: source language, if the checkpoint does not record it"
-    )
-    parser.add_argument(
-        "--target-lang", help="fairseq: target language, if the checkpoint does not record it"
-    )
-    parser.add_argument(
-        "--bpe-codes",
-        type=Path,
-        help="fairseq: BPE codes to copy next to the model (default: DATA_DIR/bpecodes)",
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    fairseq_options = {"--data-dir": args.data_dir, "--source-lang": args.source_lang}
-    fairseq_options |= {"--target-lang": args.target_lang, "--bpe-codes": args.bpe_codes}
-    misplaced = [flag for flag, value in fairseq_options.items() if value is not None]
-    if args.kind == "fairseq" and args.data_dir is None:
-        parser.error("--from fairseq needs --data-dir (the folder with dict.<lang>.txt).")
-    if args.kind == "marian" and misplaced:
-        parser.error(f"{', '.join(misplaced)}: for --from fairseq only.")
-    if args.src.resolve() == args.out.resolve():
-        parser.error("--out must differ from --src.")
-
-    try:
-        if args.kind == "marian":
-            report = convert_marian_folder(args.src, args.out)
-        else:
-            report = convert_fairseq_checkpoint(
-                args.src, args.data_dir, args.out, args.source_lang, args.target_lang, args.bpe_codes
-            )
-    except ConversionError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 1
-    print(report.format())
-    return 0
-
+from hf_vanilla_transformer.commands.convert import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Draw the figures of docs/figures/: positional encodings, the learning-rate schedule, given a trained
-chatbot (scripts/chatbot.py train) its attention for one question, and given runs of scripts/train.py their
-training curves. Needs the `plots` extra (matplotlib).
+chatbot (`vanilla-transformer chatbot train`) its attention for one question, and given runs of
+`vanilla-transformer train` their training curves. Needs the `plots` extra (matplotlib).
 
     python scripts/plot_figures.py --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
     python scripts/plot_figures.py --run runs/multi30k --out docs/figures   # writes multi30k_training.png
@@ -34,7 +34,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="folder for the figures")
     parser.add_argument("--model", type=Path, help="trained chatbot folder; without it no attention figures")
     parser.add_argument("--question", default="영화 볼래?", help="input of the attention figures")
-    parser.add_argument("--run", type=Path, nargs="*", default=[], help="scripts/train.py output folders")
+    parser.add_argument(
+        "--run", type=Path, nargs="*", default=[], help="output folders of `vanilla-transformer train` runs"
+    )
     parser.add_argument("--d-model", type=positive_int, default=256, help="d_model of the schedule figure")
     parser.add_argument(
         "--warmup-steps", type=positive_int, default=4000, help="warm-up of the schedule figure"

@@ -1,81 +1,8 @@
-#!/usr/bin/env python
-"""Publish a trained model on the Hugging Face Hub: safetensors weights (sharded when large), config, the
-paper's generation config (unless the model folder has its own), tokenizer, the code that lets users without
-this package load it with trust_remote_code=True, and the model card rendered from model_cards/template.md
-with the figures of the run's results.json / trainer_state.json.
+"""`vanilla-transformer push`, run from a checkout; `--help` lists its options."""
 
-    python scripts/push_to_hub.py --model-dir runs/base/model --repo-id ORG/NAME \\
-        [--revision BRANCH] [--private] [--token TOKEN] [--card TEMPLATE.md] [--max-shard-size 5GB]
-
-Log in first (`hf auth login`, formerly `huggingface-cli login`), set HF_TOKEN, or pass --token.
-See docs/hub.md.
-"""
-
-import argparse
 import sys
 
-from huggingface_hub.errors import HfHubHTTPError
-
-from hf_vanilla_transformer.hub import DEFAULT_MAX_SHARD_SIZE, push_model
-
-# Answers that mean the token is missing, invalid, or may not write to the repo.
-AUTH_STATUSES = {401: "Unauthorized", 403: "Forbidden"}
-# Exit status of a refused token, as for argparse's usage errors: the user must change how they call it.
-AUTH_EXIT_STATUS = 2
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model-dir", required=True, help="folder with the saved model and tokenizer")
-    parser.add_argument("--repo-id", required=True, help="Hub repo, ORG/NAME; created if missing")
-    parser.add_argument(
-        "--revision", default=None, help="branch to push to (created from main); default main"
-    )
-    parser.add_argument(
-        "--private",
-        action="store_true",
-        help="create the repo private (an existing repo keeps its visibility)",
-    )
-    parser.add_argument(
-        "--token", default=None, help="Hub token with write access; default the logged-in one or HF_TOKEN"
-    )
-    parser.add_argument(
-        "--card", default=None, help="Jinja model card template; default model_cards/template.md"
-    )
-    parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, help="largest weights file")
-    parser.add_argument("--commit-message", default=None)
-    args = parser.parse_args(argv)
-
-    try:
-        commit = push_model(
-            args.model_dir,
-            args.repo_id,
-            revision=args.revision,
-            private=args.private or None,  # without --private: the Hub's default visibility
-            card_template=args.card,
-            max_shard_size=args.max_shard_size,
-            commit_message=args.commit_message,
-            token=args.token,
-        )
-    # HFValidationError (a malformed repo id) is a ValueError.
-    except (FileNotFoundError, ValueError) as error:
-        parser.error(str(error))
-    except HfHubHTTPError as error:
-        status = error.response.status_code
-        if status not in AUTH_STATUSES:
-            raise
-        print(
-            f"{parser.prog}: error: the Hub refused the token ({status} {AUTH_STATUSES[status]}) for "
-            f"{args.repo_id}: log in with `hf auth login` (or `huggingface-cli login`) or pass --token, "
-            "with a token that has write access to the repo.",
-            file=sys.stderr,
-        )
-        raise SystemExit(AUTH_EXIT_STATUS) from None
-    print(f"Pushed {args.model_dir} to {args.repo_id}@{args.revision or 'main'}: commit {commit.oid}")
-    print(commit.commit_url)
-
+from hf_vanilla_transformer.commands.push import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

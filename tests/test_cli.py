@@ -1,5 +1,6 @@
-"""The command-line scripts: every option explained, bad input refused in one line with exit status 2,
-translate.py's line-for-line output and standard streams, train.py's defaults and model overrides."""
+"""The commands of `vanilla-transformer` and the scripts in scripts/ that run them: every option explained,
+bad input refused in one line with exit status 2, translate's line-for-line output and standard streams,
+train's defaults and model overrides."""
 
 import argparse
 import dataclasses
@@ -16,20 +17,15 @@ import torch
 from conftest import REPO_ROOT, tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from hf_vanilla_transformer.commands import COMMANDS, command_module
+from hf_vanilla_transformer.commands.train import parse_args
+from hf_vanilla_transformer.commands.translate import main as translate_main
 from hf_vanilla_transformer.presets import TRAINING_PRESETS
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 
 SCRIPTS = REPO_ROOT / "scripts"
-OWN_PARSER_SCRIPTS = (
-    "average_checkpoints",
-    "chatbot",
-    "convert_checkpoint",
-    "evaluate_bleu",
-    "export",
-    "plot_figures",
-    "train",
-    "translate",
-)
+# The one script that is not a command of `vanilla-transformer`.
+OWN_SCRIPTS = ("plot_figures",)
 SENTENCES = ["A dog runs in the park.", "Two men talk.", "A girl reads a book.", "The dog sleeps."]
 # Every non-empty input translates to the first token of this word, repeated: the tiny model's logits bias
 # makes sure.
@@ -93,9 +89,10 @@ def parser_actions(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.
     return found
 
 
-@pytest.mark.parametrize("name", OWN_PARSER_SCRIPTS)
+@pytest.mark.parametrize("name", [*COMMANDS, *OWN_SCRIPTS])
 def test_every_option_has_help(name: str) -> None:
-    parser = load_script(name).build_parser()
+    module = command_module(name) if name in COMMANDS else load_script(name)
+    parser = module.build_parser()
     unexplained = [
         (prog, action.dest) for prog, action in parser_actions(parser) if not (action.help or "").strip()
     ]
@@ -104,7 +101,7 @@ def test_every_option_has_help(name: str) -> None:
 
 def test_train_help_shows_what_every_preset_sets(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        load_script("train").parse_args(["--help"])
+        parse_args(["--help"])
     assert exit_info.value.code == 0
     shown: dict[str, str] = {}
     current = ""
@@ -180,13 +177,12 @@ def test_translate_leaves_the_callers_standard_streams_open(
 ) -> None:
     stdin = io.StringIO("A dog runs.\n \n")
     monkeypatch.setattr(sys, "stdin", stdin)
-    load_script("translate").main(["--model", str(model_dir)])
+    translate_main(["--model", str(model_dir)])
     assert not stdin.closed and not sys.stdout.closed
     assert capsys.readouterr().out.split("\n") == [forced_translation(model_dir), "", ""]
 
 
 def test_train_evaluates_on_multi30k_only_when_training_on_it() -> None:
-    parse_args = load_script("train").parse_args
     default = parse_args(["--output-dir", "out"])
     assert Path(default.dev).name == "val" and Path(default.test).name == "test_2016_flickr"
     own = parse_args(["--output-dir", "out", "--train", "corpus/train"])
@@ -200,7 +196,7 @@ def test_train_evaluates_on_multi30k_only_when_training_on_it() -> None:
 
 def test_train_reads_override_values_as_numbers_booleans_null_or_words() -> None:
     items = ["N=4", "P_drop=0.3", "scale_embedding=false", "d_k=null", "position_embedding_type=learned"]
-    settings = load_script("train").parse_args(
+    settings = parse_args(
         ["--output-dir", "out", *[arg for item in items for arg in ("--model-override", item)]]
     )
     assert settings.model_overrides == {
@@ -227,7 +223,7 @@ def test_train_refuses_malformed_overrides(
     item: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        load_script("train").parse_args(["--output-dir", "out", "--model-override", item])
+        parse_args(["--output-dir", "out", "--model-override", item])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert message in error and len(error.splitlines()) == 1

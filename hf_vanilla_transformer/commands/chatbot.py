@@ -1,0 +1,122 @@
+"""The Keras Transformer Korean chatbot tutorial on ChatbotData.csv, with this package and Seq2SeqTrainer.
+
+    vanilla-transformer chatbot train [--epochs 8] [--max-steps N] [--batch-size 64] [--output-dir DIR]
+    vanilla-transformer chatbot chat --model runs/chatbot_ko            # interactive; 'quit' or Ctrl-D ends
+    vanilla-transformer chatbot chat --model runs/chatbot_ko --ask "영화 볼래?" [--beams 4]
+
+`train` uses the tutorial's settings unless told otherwise (see `--help` of the subcommand) and saves a
+folder that AutoModelForSeq2SeqLM and AutoTokenizer load (after `import hf_vanilla_transformer`).
+"""
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..chatbot import (
+    DEFAULT_DATA,
+    SAMPLE_QUESTIONS,
+    ChatbotSettings,
+    answer,
+    chat_session,
+    load_chatbot,
+    train_chatbot,
+)
+from ..cli import (
+    ArgumentParser,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    probability,
+)
+
+# Each ChatbotSettings field's flag: how its value is read and what it means (defaults: the tutorial's).
+SETTING_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "vocab_size": (positive_int, "target size of the subword vocabulary (the tutorial's 2^13)"),
+    "max_length": (positive_int, "longest question or answer in tokens, start and end included"),
+    "num_layers": (positive_int, "N, layers in the encoder and in the decoder"),
+    "d_model": (positive_int, "d_model, the model width"),
+    "num_heads": (positive_int, "h, attention heads; must divide d_model"),
+    "dff": (positive_int, "d_ff, the inner size of the feed-forward networks"),
+    "dropout": (probability, "P_drop, the dropout rate"),
+    "label_smoothing": (probability, "eps_ls; the tutorial uses none, the paper 0.1"),
+    "warmup_steps": (positive_int, "warm-up of the paper's learning rate (Eq. 3)"),
+    "batch_size": (positive_int, "question-answer pairs per update"),
+    "epochs": (positive_float, "passes over the training pairs; ignored when --max-steps is above 0"),
+    "max_steps": (int, "stop after this many updates when above 0"),
+    "eval_size": (non_negative_int, "pairs held out to measure accuracy on unseen questions (0: none)"),
+    "limit": (positive_int, "use only the first N rows of the corpus (quick trials)"),
+    "logging_steps": (positive_int, "updates between logged training losses"),
+    "seed": (int, "seed of the split, the shuffling and the initialisation"),
+}
+
+
+def _train(args: argparse.Namespace) -> None:
+    settings = ChatbotSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ChatbotSettings)})
+    result = train_chatbot(args.output_dir, args.data, settings)
+    metrics = result.metrics
+    parts = [
+        f"training loss {metrics.get('last_logged_loss', metrics['train_loss']):.4f} "
+        f"(mean over the run {metrics['train_loss']:.4f})"
+    ]
+    for split, name in (("train_sample", "training sample"), ("held_out", "held-out")):
+        if f"eval_{split}_accuracy" in metrics:
+            loss, accuracy = metrics[f"eval_{split}_loss"], metrics[f"eval_{split}_accuracy"]
+            parts.append(f"{name} loss {loss:.4f}, accuracy {accuracy:.4f}")
+    print(
+        f"Final after {metrics['train_steps']:.0f} updates ({result.seconds / 60:.1f} min): "
+        + "; ".join(parts)
+    )
+    for question in SAMPLE_QUESTIONS:
+        print(f"Q: {question}\nA: {answer(result.model, result.tokenizer, question)}")
+
+
+def _chat(args: argparse.Namespace) -> None:
+    model, tokenizer = load_chatbot(args.model)
+    if args.ask is not None:
+        print(answer(model, tokenizer, args.ask, num_beams=args.beams))
+    else:
+        chat_session(model, tokenizer, num_beams=args.beams)
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, help="what to do")
+
+    train = commands.add_parser("train", help="train the chatbot and save it")
+    train.add_argument("--output-dir", type=Path, default=Path("runs/chatbot_ko"), help="folder to save to")
+    train.add_argument("--data", type=Path, default=DEFAULT_DATA, help="CSV with columns Q and A")
+    for setting in dataclasses.fields(ChatbotSettings):
+        kind, meaning = SETTING_FLAGS[setting.name]
+        train.add_argument(
+            "--" + setting.name.replace("_", "-"), type=kind, default=setting.default, help=meaning
+        )
+    train.set_defaults(run=_train)
+
+    chat = commands.add_parser("chat", help="talk to a trained chatbot")
+    chat.add_argument(
+        "--model", type=Path, default=Path("runs/chatbot_ko"), help="folder of a trained chatbot"
+    )
+    chat.add_argument("--ask", help="answer this one question and exit")
+    chat.add_argument("--beams", type=positive_int, default=1, help="beam size; 1 is greedy decoding")
+    chat.set_defaults(run=_chat)
+
+    return parser
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Train the chatbot or talk to it, as `args.command` says."""
+    if args.command == "chat" and not args.model.is_dir():
+        parser.error(
+            f"--model {args.model}: no such folder; train one with `vanilla-transformer chatbot train` first."
+        )
+    if args.command == "train" and not args.data.is_file():
+        parser.error(f"--data {args.data}: no such file; give a CSV with columns Q and A.")
+    args.run(args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vanilla-transformer chatbot ARGV`."""
+    parser = build_parser()
+    run(parser.parse_args(argv), parser)

@@ -1,0 +1,54 @@
+"""Score a translation file with BLEU (Vaswani et al., 2017, Section 6.1).
+
+Default: detokenized sacreBLEU. `--tokenized`: the paper-style tokenized BLEU with compound splitting
+(see `hf_vanilla_transformer.evaluation.tokenized_bleu`); the two numbers are not comparable.
+
+    vanilla-transformer evaluate --hypotheses out.de --references newstest2014.de [--tokenized] [--json]
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from ..cli import ArgumentParser
+from ..evaluation import corpus_bleu, tokenized_bleu
+
+
+def _read_lines(path: Path) -> list[str]:
+    # Only "\n" ends a line: splitlines() would also split at U+2028 and U+0085, which occur inside WMT
+    # sentences. The final newline does not start another segment.
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--hypotheses", type=Path, required=True, help="system output, one segment a line")
+    parser.add_argument("--references", type=Path, required=True, help="reference, one segment a line")
+    parser.add_argument(
+        "--tokenized", action="store_true", help="paper-style tokenized BLEU with ##AT## compound splitting"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return parser
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Print the BLEU score of `args.hypotheses` against `args.references`."""
+    try:
+        hypotheses, references = _read_lines(args.hypotheses), _read_lines(args.references)
+        score = tokenized_bleu if args.tokenized else corpus_bleu
+        result = score(hypotheses, references)
+    except (OSError, ValueError, TypeError) as error:
+        parser.error(str(error))
+
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(result)
+        print(f"signature: {result.signature}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vanilla-transformer evaluate ARGV`."""
+    parser = build_parser()
+    run(parser.parse_args(argv), parser)

@@ -1,0 +1,66 @@
+"""Export a trained model for CTranslate2 or ONNX Runtime.
+
+    vanilla-transformer export --model runs/demo/model --to ctranslate2 --out exports/demo-ct2
+    vanilla-transformer export --model runs/demo/model --to ctranslate2 --quantization int8 --out exports/int8
+    vanilla-transformer export --model org/name --to onnx --out exports/name-onnx
+
+The folder holds the model in the engine's format, its tokenizer(s) and its decoding settings (for this
+package's models, the paper's: beam 4, GNMT length penalty 0.6, output up to input length + 50).
+`vanilla-transformer translate --model OUT` translates with it, as does
+`hf_vanilla_transformer.engines.load_translator(OUT)`; docs/export.md says what each engine reproduces of
+the PyTorch model's decoding.
+"""
+
+import argparse
+
+from ..cli import ArgumentParser
+from ..export import CTRANSLATE2_QUANTIZATIONS, EXPORT_TARGETS, ExportError, export
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--model", required=True, help="model folder (save_pretrained) or Hub id")
+    parser.add_argument("--to", required=True, choices=EXPORT_TARGETS, help="the engine to export for")
+    parser.add_argument("--out", required=True, help="the folder to write")
+    parser.add_argument(
+        "--quantization",
+        choices=CTRANSLATE2_QUANTIZATIONS,
+        help="CTranslate2 weight type (default: float32)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists and is not empty")
+    parser.add_argument(
+        "--shortlist-from",
+        metavar="PREFIX",
+        help="CTranslate2: build a vocabulary shortlist from PREFIX.<src-lang> and PREFIX.<tgt-lang> "
+        "(the training data), used when translating (docs/export.md)",
+    )
+    parser.add_argument(
+        "--shortlist-size", type=int, default=100, help="target tokens per source token (default: 100)"
+    )
+    parser.add_argument("--src-lang", default="en", help="source file suffix for --shortlist-from")
+    parser.add_argument("--tgt-lang", default="de", help="target file suffix for --shortlist-from")
+    return parser
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Export `args.model` for `args.to` into `args.out`."""
+    try:
+        out = export(
+            args.model,
+            args.to,
+            args.out,
+            quantization=args.quantization,
+            force=args.force,
+            shortlist_from=args.shortlist_from
+            and (f"{args.shortlist_from}.{args.src_lang}", f"{args.shortlist_from}.{args.tgt_lang}"),
+            shortlist_size=args.shortlist_size,
+        )
+    except ExportError as error:
+        parser.error(str(error))
+    print(f"Exported {args.model} for {args.to} to {out}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vanilla-transformer export ARGV`."""
+    parser = build_parser()
+    run(parser.parse_args(argv), parser)

@@ -1,0 +1,101 @@
+"""Publish a trained model on the Hugging Face Hub: safetensors weights (sharded when large), config, the
+paper's generation config (unless the model folder has its own), tokenizer, the code that lets users without
+this package load it with trust_remote_code=True, and the model card rendered from model_cards/template.md
+with the figures of the run's results.json / trainer_state.json. With --with-ctranslate2, the repo also holds
+the model exported for CTranslate2 in its `ctranslate2/` folder.
+
+    vanilla-transformer push --model-dir runs/base/model --repo-id ORG/NAME \\
+        [--revision BRANCH] [--private] [--token TOKEN] [--card TEMPLATE.md] [--max-shard-size 5GB] \\
+        [--with-ctranslate2 [--ctranslate2-quantization int8]]
+
+Log in first (`hf auth login`), set HF_TOKEN, or pass --token. See docs/hub.md.
+"""
+
+import argparse
+import sys
+
+from huggingface_hub.errors import HfHubHTTPError
+
+from ..cli import ArgumentParser
+from ..export import CTRANSLATE2_QUANTIZATIONS
+from ..hub import DEFAULT_MAX_SHARD_SIZE, push_model
+
+# Answers that mean the token is missing, invalid, or may not write to the repo.
+AUTH_STATUSES = {401: "Unauthorized", 403: "Forbidden"}
+# Exit status of a refused token, as for argparse's usage errors: the user must change how they call it.
+AUTH_EXIT_STATUS = 2
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--model-dir", required=True, help="folder with the saved model and tokenizer")
+    parser.add_argument("--repo-id", required=True, help="Hub repo, ORG/NAME; created if missing")
+    parser.add_argument("--revision", help="branch to push to, created from main if missing (default: main)")
+    parser.add_argument(
+        "--private",
+        action="store_true",
+        help="create the repo private (an existing repo keeps its visibility)",
+    )
+    parser.add_argument(
+        "--token", help="Hub token with write access (default: the logged-in one, or HF_TOKEN)"
+    )
+    parser.add_argument(
+        "--card", help="Jinja model card template (default: the package's model_cards/template.md)"
+    )
+    parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, help="largest weights file")
+    parser.add_argument(
+        "--commit-message", help="commit message (default: Upload MODEL_DIR with hf-vanilla-transformer)"
+    )
+    parser.add_argument(
+        "--with-ctranslate2",
+        action="store_true",
+        help="also upload the model exported for CTranslate2, in the repo's ctranslate2/ folder",
+    )
+    parser.add_argument(
+        "--ctranslate2-quantization",
+        choices=CTRANSLATE2_QUANTIZATIONS,
+        help="weight type of the CTranslate2 export (default: float32)",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Push `args.model_dir` to `args.repo_id` and print the commit."""
+    if args.ctranslate2_quantization is not None and not args.with_ctranslate2:
+        parser.error("--ctranslate2-quantization applies to the CTranslate2 export: add --with-ctranslate2.")
+    try:
+        commit = push_model(
+            args.model_dir,
+            args.repo_id,
+            revision=args.revision,
+            private=args.private or None,  # without --private: the Hub's default visibility
+            card_template=args.card,
+            max_shard_size=args.max_shard_size,
+            commit_message=args.commit_message,
+            token=args.token,
+            with_ctranslate2=args.with_ctranslate2,
+            ctranslate2_quantization=args.ctranslate2_quantization,
+        )
+    # HFValidationError (a malformed repo id) and ExportError (a model CTranslate2 cannot hold) are
+    # ValueErrors.
+    except (FileNotFoundError, ValueError) as error:
+        parser.error(str(error))
+    except HfHubHTTPError as error:
+        status = error.response.status_code
+        if status not in AUTH_STATUSES:
+            raise
+        print(
+            f"{parser.prog}: error: the Hub refused the token ({status} {AUTH_STATUSES[status]}) for "
+            f"{args.repo_id}: log in with `hf auth login` (or `huggingface-cli login`) or pass --token, "
+            "with a token that has write access to the repo.",
+            file=sys.stderr,
+        )
+        raise SystemExit(AUTH_EXIT_STATUS) from None
+    print(f"Pushed {args.model_dir} to {args.repo_id}@{args.revision or 'main'}: commit {commit.oid}")
+    print(commit.commit_url)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vanilla-transformer push ARGV`."""
+    parser = build_parser()
+    run(parser.parse_args(argv), parser)

@@ -1,0 +1,135 @@
+"""Translate text with a trained or published model, one sentence per line.
+
+    echo "A dog runs in the park." | vanilla-transformer translate --model runs/demo/model
+    vanilla-transformer translate --model org/name --input test.en --output test.hyp.de --device cuda
+    vanilla-transformer translate --model runs/demo/ct2 --engine ctranslate2 --input test.en   # an export
+
+Decoding follows the model's generation config (for this package's models, the paper's: beam 4, GNMT
+length penalty 0.6, output up to input length + 50); the flags override it. Every input line gives one
+output line; an empty input line gives an empty output line.
+"""
+
+import argparse
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from ..cli import ArgumentParser, non_negative_int, positive_int
+from ..engines import ENGINES, detect_engine, load_translator
+from ..translation import quantize_int8, resolve_device
+
+STANDARD_STREAM = "-"
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def _open(path: str, mode: str, stream: TextIO) -> nullcontext[TextIO] | TextIO:
+    """The file at `path`, or the standard `stream` for "-", which is left open for the caller."""
+    return nullcontext(stream) if path == STANDARD_STREAM else open(path, mode, encoding="utf-8")
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--model", required=True, help="model folder or Hub id")
+    parser.add_argument("--input", default=STANDARD_STREAM, help="file to translate ('-': standard input)")
+    parser.add_argument(
+        "--output", default=STANDARD_STREAM, help="where to write translations ('-': standard output)"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
+    parser.add_argument(
+        "--num-beams", type=positive_int, help="beam size; 1 is greedy (default: the model's)"
+    )
+    parser.add_argument(
+        "--length-penalty", type=float, help="alpha of the length penalty (default: the model's)"
+    )
+    parser.add_argument(
+        "--length-penalty-type",
+        choices=("gnmt", "transformers"),
+        help="gnmt: ((5 + |Y|) / 6)^alpha, transformers: |Y|^alpha (default: the model's)",
+    )
+    parser.add_argument(
+        "--max-length-offset",
+        type=non_negative_int,
+        help="outputs at most this many tokens longer than their input (default: the model's)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="torch, or the engine of a folder written by `vanilla-transformer export` (default: the "
+        "folder's)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where the PyTorch model runs; auto: cuda when torch finds a GPU, else cpu (cpu for --int8 "
+        "and the exported engines, which run on the CPU)",
+    )
+    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="int8 dynamic quantization (CPU): faster, slightly different output",
+    )
+    return parser
+
+
+def _device(args: argparse.Namespace, engine: str, parser: ArgumentParser) -> torch.device:
+    """The device the command translates on, or a one-line error for a device it cannot use."""
+    if args.device == "cuda" and engine != "torch":
+        parser.error(f"--device cuda: the {engine} engine runs on the CPU here; leave --device out.")
+    if args.device == "cuda" and args.int8:
+        parser.error("--int8 quantizes for the CPU: leave out --device cuda, or --int8 to decode on the GPU.")
+    if engine != "torch" or args.int8:
+        return torch.device("cpu")
+    try:
+        return resolve_device(args.device)
+    except ValueError as error:
+        parser.error(f"--device {error}")
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Translate `args.input` into `args.output`, line for line."""
+    if args.input != STANDARD_STREAM and not Path(args.input).is_file():
+        parser.error(f"--input {args.input}: no such file; give a text file with one sentence a line.")
+    if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
+        parser.error(f"--output {args.output}: its folder does not exist; create it first.")
+
+    engine = args.engine or detect_engine(args.model)
+    if args.int8 and engine != "torch":
+        parser.error("--int8 quantizes the PyTorch model; export with --quantization int8 for CTranslate2.")
+    device = _device(args, engine, parser)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        translator = load_translator(args.model, engine, threads=args.threads or 0)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.int8:
+        translator.model = quantize_int8(translator.model)
+    elif engine == "torch":
+        translator.model.to(device)
+    with _open(args.input, "r", sys.stdin) as source:
+        lines = source.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    overrides = {
+        "num_beams": args.num_beams,
+        "length_penalty": args.length_penalty,
+        "length_penalty_type": args.length_penalty_type,
+        "max_length_offset": args.max_length_offset,
+    }
+    overrides = {key: value for key, value in overrides.items() if value is not None}
+    hypotheses = translator.translate(
+        lines, batch_size=args.batch_size, progress=args.input != STANDARD_STREAM, **overrides
+    )
+    with _open(args.output, "w", sys.stdout) as target:
+        target.writelines(h + "\n" for h in hypotheses)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vanilla-transformer translate ARGV`."""
+    parser = build_parser()
+    run(parser.parse_args(argv), parser)
