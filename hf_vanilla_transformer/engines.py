@@ -22,7 +22,8 @@ is the `generate()` behind it:
     token after it, so the tokens are the same.
   The two searches can still part where hypotheses reach the length limit, or where more than beam-size
   hypotheses finish in the last step and the best by the requested penalty is not among CTranslate2's
-  beam-size best.
+  beam-size best. An export with a vocabulary shortlist (`export.build_shortlist`) decodes over the
+  shortlisted target tokens only, unless `use_vmap=False`.
 
 The exports' position tables have `max_position_embeddings` rows: inputs longer than that are refused on
 both exported engines; CTranslate2 stops outputs at the table's end, ONNX raises there.
@@ -49,6 +50,7 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .export import (
     ONNX_DECODER_FILE,
     ONNX_ENCODER_FILE,
+    VMAP_FILE,
     read_export_info,
     require_packages,
 )
@@ -201,16 +203,33 @@ def ctranslate2_options(
 class CTranslate2Seq2SeqLM:
     """A CTranslate2 export behind the `generate(input_ids, attention_mask, **overrides)` that
     `translation.translate` calls: token ids in, the decoder start token and the output ids (with the end
-    token where the output has one, then padding) out, as transformers returns them."""
+    token where the output has one, then padding) out, as transformers returns them.
+
+    `use_vmap`: decode over the export's vocabulary shortlist (`VMAP_FILE`) only; None (the default) does
+    where the export has one. Each `translate_batch` call allows the shortlisted tokens of all its inputs.
+    """
 
     def __init__(
-        self, folder: str | Path, *, device: str = "cpu", compute_type: str = "default", threads: int = 0
+        self,
+        folder: str | Path,
+        *,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+        use_vmap: bool | None = None,
     ) -> None:
         require_packages("ctranslate2")
         import ctranslate2
 
         folder = Path(folder)
         self.info = export_info(folder, "ctranslate2")
+        has_vmap = (folder / VMAP_FILE).is_file()
+        if use_vmap and not has_vmap:
+            raise ValueError(
+                f"{folder} has no vocabulary shortlist ({VMAP_FILE}): export it with one (--shortlist-from), "
+                "or leave use_vmap unset."
+            )
+        self.use_vmap = has_vmap if use_vmap is None else use_vmap
         self.translator = ctranslate2.Translator(
             str(folder), device=device, compute_type=compute_type, intra_threads=threads
         )
@@ -255,6 +274,7 @@ class CTranslate2Seq2SeqLM:
                 min_decoding_length=options.min_new_tokens,
                 max_input_length=0,
                 suppress_sequences=options.suppress_sequences,
+                use_vmap=self.use_vmap,
                 return_scores=True,
                 return_end_token=True,
             )
@@ -407,16 +427,20 @@ def load_model(
     *,
     threads: int = 0,
     compute_type: str = "default",
+    use_vmap: bool | None = None,
 ) -> Any:
     """What `translation.translate` decodes with on `engine` (default: `detect_engine`): the PyTorch model,
     an `OnnxSeq2SeqLM` or a `CTranslate2Seq2SeqLM`. `threads` (0: the engine's default) applies to the
-    exported engines, `compute_type` to CTranslate2 (e.g. "int8" on an int8 export; "default" keeps the
-    export's own)."""
+    exported engines; `compute_type` (e.g. "int8" on an int8 export; "default" keeps the export's own) and
+    `use_vmap` (the export's vocabulary shortlist: None uses it where there is one, False turns it off) to
+    CTranslate2."""
     engine = engine or detect_engine(name_or_path)
     if engine not in ENGINES:
         raise ValueError(f"Unknown engine {engine!r}: choose one of {list(ENGINES)}.")
     if engine == "ctranslate2":
-        return CTranslate2Seq2SeqLM(name_or_path, compute_type=compute_type, threads=threads)
+        return CTranslate2Seq2SeqLM(
+            name_or_path, compute_type=compute_type, threads=threads, use_vmap=use_vmap
+        )
     if engine == "onnx":
         return OnnxSeq2SeqLM(name_or_path, threads=threads)
     return AutoModelForSeq2SeqLM.from_pretrained(name_or_path)

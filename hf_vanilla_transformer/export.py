@@ -9,7 +9,9 @@ says which engine reads the folder. `engines.load_translator` reads such folders
   detour through another model class): post-LN layers, queries/keys/values fused as CTranslate2 wants
   them, the exact positional table of the model (the paper's interleaved sinusoids, Marian's or fairseq's
   layout with fairseq's offset, or learned positions) and the logits bias where the model has one. A
-  config the spec cannot represent is refused, naming the field (`ctranslate2_refusals`).
+  config the spec cannot represent is refused, naming the field (`ctranslate2_refusals`). Optionally with a
+  vocabulary shortlist (`build_shortlist`, from the training data) as CTranslate2's vocabulary mapping
+  (`VMAP_FILE`), which restricts each translation's output vocabulary to the likely target tokens.
 - `export_onnx`: two graphs, `encoder.onnx` (source ids and mask -> encoder states and every decoder
   layer's cross-attention keys and values, computed once per input) and `decoder.onnx` (the new target
   ids, the encoder states and mask, the self-attention keys and values of the earlier steps and the
@@ -21,9 +23,11 @@ computes sinusoids for any position: the engines refuse longer inputs and stop o
 """
 
 import importlib.util
+import itertools
 import json
 import shutil
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +58,8 @@ CTRANSLATE2_QUANTIZATIONS = (
     "float16",
     "bfloat16",
 )
+# CTranslate2's vocabulary mapping file, read when translating with use_vmap=True.
+VMAP_FILE = "vmap.txt"
 ONNX_ENCODER_FILE = "encoder.onnx"
 ONNX_DECODER_FILE = "decoder.onnx"
 # Graph input and output names (the decoder's inputs are OnnxDecoderGraph.forward's arguments). Keys and
@@ -319,13 +325,19 @@ def _set_feed_forward(spec: Any, layer: nn.Module) -> None:
 
 
 def export_ctranslate2(
-    source: ExportSource, out: str | Path, quantization: str | None = None, force: bool = False
+    source: ExportSource,
+    out: str | Path,
+    quantization: str | None = None,
+    force: bool = False,
+    shortlist: "Shortlist | None" = None,
 ) -> Path:
     """Write `source` as a CTranslate2 model folder (model.bin, config.json and vocabularies, in
-    CTranslate2's format) plus tokenizers, generation config and `EXPORT_INFO_FILE`.
+    CTranslate2's format) plus tokenizers, generation config and `EXPORT_INFO_FILE`, and `shortlist` as its
+    vocabulary mapping (`VMAP_FILE`), which the CTranslate2 engine then uses.
 
     `quantization` is one of `CTRANSLATE2_QUANTIZATIONS` (None: float32). Raises ExportError for a config
-    CTranslate2 cannot represent (`ctranslate2_refusals`), mismatched tokenizers, or an occupied `out`.
+    CTranslate2 cannot represent (`ctranslate2_refusals`), mismatched tokenizers, a shortlist naming tokens
+    outside the vocabularies, or an occupied `out`.
     """
     require_packages("ctranslate2")
     from ctranslate2.converters import Converter
@@ -339,6 +351,8 @@ def export_ctranslate2(
     target_tokenizer = source.target_tokenizer or source.tokenizer
     target_tokens = vocabulary_tokens(target_tokenizer, config.decoder_vocab_size, "target")
     spec = ctranslate2_spec(source.model, source_tokens, target_tokens, source.tokenizer.unk_token)
+    if shortlist is not None:
+        shortlist.check(source_tokens, target_tokens)
 
     class _SpecConverter(Converter):
         """CTranslate2's converter (validation, quantization, saving) over a spec built here."""
@@ -349,8 +363,150 @@ def export_ctranslate2(
     out = Path(out)
     _prepare_output(out, source, force)
     _SpecConverter().convert(str(out), quantization=quantization, force=True)
-    _save_companions(source, out, "ctranslate2", quantization=quantization or "float32")
+    shortlist_info = None
+    if shortlist is not None:
+        shortlist.write(out / VMAP_FILE)
+        shortlist_info = {"always": len(shortlist.always), "source_tokens": len(shortlist.candidates)}
+    _save_companions(
+        source, out, "ctranslate2", quantization=quantization or "float32", shortlist=shortlist_info
+    )
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Vocabulary shortlist (CTranslate2's vocabulary mapping)
+
+
+@dataclass(frozen=True)
+class Shortlist:
+    """Which target tokens a translation may use, as CTranslate2's vocabulary mapping (`VMAP_FILE`) holds
+    it: the tokens always allowed, and for each source token the target tokens its presence in the input
+    adds. CTranslate2 also always allows its unknown, start and end tokens."""
+
+    always: list[str]
+    candidates: dict[str, list[str]]
+
+    def allowed(self, source_tokens: Iterable[str]) -> set[str]:
+        """The target tokens this shortlist allows for inputs made of `source_tokens` (CTranslate2 takes
+        the union over the inputs of one `translate_batch` call)."""
+        allowed = set(self.always)
+        for token in source_tokens:
+            allowed.update(self.candidates.get(token, ()))
+        return allowed
+
+    def check(self, source_tokens: list[str], target_tokens: list[str]) -> None:
+        """Raise ExportError for a token outside the vocabularies (CTranslate2 would read it as the unknown
+        token) or one holding whitespace (which the file format cannot hold)."""
+        vocabularies = {"source": set(source_tokens), "target": set(target_tokens)}
+        sides = [("source", list(self.candidates)), ("target", self.always)]
+        sides += [("target", targets) for targets in self.candidates.values()]
+        for side, tokens in sides:
+            for token in tokens:
+                if token not in vocabularies[side] or _has_whitespace(token):
+                    raise ExportError(
+                        f"The shortlist names {side} token {token!r}, which is not in the {side} vocabulary "
+                        "or holds whitespace: build it with the model's tokenizers (build_shortlist)."
+                    )
+
+    def write(self, path: str | Path) -> None:
+        """Write the mapping in CTranslate2's format: one line per source token, `source<TAB>target target
+        ...`; the line with an empty source holds the tokens always allowed."""
+        lines = ["\t" + " ".join(self.always)]
+        lines += [f"{source}\t{' '.join(targets)}" for source, targets in self.candidates.items()]
+        Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _has_whitespace(token: str) -> bool:
+    return any(character.isspace() for character in token)
+
+
+def _ordinary_tokens(tokenizer: PreTrainedTokenizerBase) -> tuple[list[str], torch.Tensor]:
+    """The tokenizer's token names by id, and which of them a shortlist may hold: not special, no
+    whitespace."""
+    names = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    special = set(tokenizer.all_special_ids)
+    usable = [index not in special and not _has_whitespace(name) for index, name in enumerate(names)]
+    return names, torch.tensor(usable)
+
+
+def _sentence_counts(ids: list[list[int]], size: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Each sentence's distinct token ids, and in how many sentences each token occurs."""
+    distinct = [torch.tensor(sorted(set(row)), dtype=torch.long) for row in ids]
+    return distinct, torch.bincount(torch.cat(distinct), minlength=size)
+
+
+def build_shortlist(
+    source_texts: Iterable[str],
+    target_texts: Iterable[str],
+    tokenizer: PreTrainedTokenizerBase,
+    target_tokenizer: PreTrainedTokenizerBase | None = None,
+    *,
+    size: int = 100,
+    frequent: int = 100,
+    chunk: int = 10_000,
+) -> Shortlist:
+    """A `Shortlist` learned from line-aligned parallel text (the training data, say).
+
+    For each source token, the `size` target tokens that co-occur with it most informatively, ranked by
+    local mutual information c(s, t) * log(N c(s, t) / (c(s) c(t))) (c counts the sentence pairs holding
+    the tokens, N the pairs) and kept only where they co-occur more often than chance: raw counts would rank
+    the commonest target tokens first for every source token, and PMI alone favours pairs seen once. The
+    `frequent` commonest target tokens are always allowed. Special tokens and tokens holding whitespace are
+    left out. The pairs are read `chunk` at a time.
+    """
+    target_tokenizer = target_tokenizer or tokenizer
+    source_names, source_usable = _ordinary_tokens(tokenizer)
+    target_names, target_usable = _ordinary_tokens(target_tokenizer)
+    target_size = len(target_names)
+    keys = torch.zeros(0, dtype=torch.long)
+    counts = torch.zeros(0, dtype=torch.long)
+    source_counts = torch.zeros(len(source_names), dtype=torch.long)
+    target_counts = torch.zeros(target_size, dtype=torch.long)
+    target_frequency = torch.zeros(target_size, dtype=torch.long)
+    pairs = 0
+    texts = zip(source_texts, target_texts, strict=True)
+    while batch := list(itertools.islice(texts, chunk)):
+        source_ids = tokenizer([source for source, _ in batch], add_special_tokens=False)["input_ids"]
+        target_ids = target_tokenizer([target for _, target in batch], add_special_tokens=False)["input_ids"]
+        source_sets, in_sources = _sentence_counts(source_ids, len(source_names))
+        target_sets, in_targets = _sentence_counts(target_ids, target_size)
+        source_counts += in_sources
+        target_counts += in_targets
+        target_frequency += torch.bincount(
+            torch.tensor([i for row in target_ids for i in row], dtype=torch.long), minlength=target_size
+        )
+        # One key per (source token, target token) of each sentence pair: s * |target vocabulary| + t.
+        new = [(s[:, None] * target_size + t[None, :]).flatten() for s, t in zip(source_sets, target_sets)]
+        weights = torch.cat([counts, torch.ones(sum(map(len, new)), dtype=torch.long)])
+        keys, inverse = torch.unique(torch.cat([keys, *new]), return_inverse=True)
+        counts = torch.zeros(len(keys), dtype=torch.long).index_add_(0, inverse, weights)
+        pairs += len(batch)
+    if not pairs:
+        raise ExportError("No sentence pairs to build a shortlist from.")
+
+    sources, targets = keys // target_size, keys % target_size
+    together = counts.double()
+    score = together * torch.log(pairs * together / (source_counts[sources] * target_counts[targets]))
+    kept = (score > 0) & source_usable[sources] & target_usable[targets]
+    sources, targets, score = sources[kept], targets[kept], score[kept]
+    # Best first within each source token: sort by score, then (stably) by source token.
+    order = torch.argsort(score, descending=True, stable=True)
+    order = order[torch.argsort(sources[order], stable=True)]
+    sources, targets = sources[order], targets[order]
+    rank = torch.arange(len(sources)) - torch.searchsorted(sources, sources)
+    candidates: dict[str, list[str]] = {}
+    for source, target in zip(sources[rank < size].tolist(), targets[rank < size].tolist()):
+        candidates.setdefault(source_names[source], []).append(target_names[target])
+    by_frequency = torch.argsort(target_frequency, descending=True, stable=True)
+    usable = by_frequency[target_usable[by_frequency] & (target_frequency[by_frequency] > 0)]
+    return Shortlist([target_names[i] for i in usable[:frequent].tolist()], candidates)
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file, without their line ends, one at a time."""
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            yield line.rstrip("\r\n")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -503,17 +659,35 @@ def export(
     out: str | Path,
     quantization: str | None = None,
     force: bool = False,
+    shortlist_from: tuple[str | Path, str | Path] | None = None,
+    shortlist_size: int = 100,
 ) -> Path:
-    """Load a model folder or Hub id and export it `to` "ctranslate2" or "onnx" (see those exporters)."""
+    """Load a model folder or Hub id and export it `to` "ctranslate2" or "onnx" (see those exporters).
+    `shortlist_from` (CTranslate2 only): line-aligned source and target files to `build_shortlist` from,
+    with `shortlist_size` target tokens per source token."""
     if to not in EXPORT_TARGETS:
         raise ExportError(f"Unknown export target {to!r}: choose one of {list(EXPORT_TARGETS)}.")
-    if quantization is not None and to != "ctranslate2":
-        raise ExportError("quantization applies to CTranslate2 exports only (--to ctranslate2).")
+    for name, value in (("quantization", quantization), ("shortlist", shortlist_from)):
+        if value is not None and to != "ctranslate2":
+            raise ExportError(f"{name} applies to CTranslate2 exports only (--to ctranslate2).")
+    missing = [str(path) for path in shortlist_from or () if not Path(path).is_file()]
+    if missing:
+        raise ExportError(f"No such shortlist file: {', '.join(missing)}.")
     require_packages(to)
     source = load_for_export(model)
-    if to == "ctranslate2":
-        return export_ctranslate2(source, out, quantization, force)
-    return export_onnx(source, out, force)
+    if to == "onnx":
+        return export_onnx(source, out, force)
+    shortlist = None
+    if shortlist_from is not None:
+        source_file, target_file = shortlist_from
+        shortlist = build_shortlist(
+            read_lines(source_file),
+            read_lines(target_file),
+            source.tokenizer,
+            source.target_tokenizer,
+            size=shortlist_size,
+        )
+    return export_ctranslate2(source, out, quantization, force, shortlist)
 
 
 __all__ = [
@@ -524,6 +698,9 @@ __all__ = [
     "ExportSource",
     "OnnxDecoderGraph",
     "OnnxEncoderGraph",
+    "Shortlist",
+    "VMAP_FILE",
+    "build_shortlist",
     "ctranslate2_refusals",
     "ctranslate2_spec",
     "export",
@@ -531,5 +708,6 @@ __all__ = [
     "export_onnx",
     "load_for_export",
     "read_export_info",
+    "read_lines",
     "vocabulary_tokens",
 ]

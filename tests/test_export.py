@@ -33,11 +33,16 @@ from hf_vanilla_transformer.engines import (
 )
 from hf_vanilla_transformer.export import (
     EXPORT_INFO_FILE,
+    VMAP_FILE,
     ExportError,
     ExportSource,
+    Shortlist,
+    build_shortlist,
     ctranslate2_refusals,
     export,
     export_ctranslate2,
+    load_for_export,
+    vocabulary_tokens,
 )
 from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
@@ -104,6 +109,15 @@ def _sentences(count: int, seed: int, longest: int = 12) -> list[str]:
 SENTENCES = [*_sentences(23, seed=1), ""]
 
 
+def _reverse_pairs(variant: str, count: int, seed: int) -> tuple[list[str], list[str]]:
+    """Sentences of 1-8 words and their reversals (in upper case for separate vocabularies)."""
+    sources = _sentences(count, seed, longest=8)
+    targets = [" ".join(reversed(source.split())) for source in sources]
+    if variant in SEPARATE_VOCABULARIES:
+        targets = [target.upper() for target in targets]
+    return sources, targets
+
+
 def train_reverse_model(folder: Path, variant: str) -> Path:
     """Train a 2+2-layer, d_model 32 model for TRAINING_STEPS steps to reverse sequences of 2-8 words, and
     save it with its tokenizer(s) and the paper's generation config into `folder`."""
@@ -129,11 +143,11 @@ def train_reverse_model(folder: Path, variant: str) -> Path:
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98))
     generator = torch.Generator().manual_seed(0)
     for _ in range(TRAINING_STEPS):
-        sources = _sentences(32, int(torch.randint(0, 2**31, (1,), generator=generator)), longest=8)
+        sources, targets = _reverse_pairs(
+            variant, 32, int(torch.randint(0, 2**31, (1,), generator=generator))
+        )
         sources = [s if len(s.split()) > 1 else f"{s} {s}" for s in sources]
-        targets = [" ".join(reversed(s.split())) for s in sources]
-        if separate:
-            targets = [t.upper() for t in targets]
+        targets = [t if len(t.split()) > 1 else f"{t} {t}" for t in targets]
         batch = source_tokenizer(sources, return_tensors="pt", padding=True)
         labels = target_tokenizer(targets, return_tensors="pt", padding=True)["input_ids"]
         labels[labels == target_tokenizer.pad_token_id] = -100
@@ -217,6 +231,79 @@ def test_ctranslate2_int8_exports_run_and_mostly_agree(exported):
         same += sum(a == b for a, b in zip(float32, int8))
         total += len(SENTENCES)
     assert same / total >= 0.8, f"int8 agrees with float32 on {same} of {total} sentences"
+
+
+def test_build_shortlist_pairs_each_word_with_its_translation():
+    """In the reversal data a source word always comes with its upper-case form: the best-ranked target
+    token of every word; the pairs are read in chunks, whose counts must add up."""
+    source_tokenizer = tokenizer_from_fairseq_dictionary(SPECIALS + SOURCE_WORDS)
+    target_tokenizer = tokenizer_from_fairseq_dictionary(SPECIALS + TARGET_WORDS)
+    sources, targets = _reverse_pairs("fairseq", 300, seed=7)
+    shortlist = build_shortlist(
+        sources, targets, source_tokenizer, target_tokenizer, size=1, frequent=3, chunk=64
+    )
+    assert shortlist.candidates == {word: [word.upper()] for word in SOURCE_WORDS}
+    assert len(shortlist.always) == 3 and set(shortlist.always) < set(TARGET_WORDS)
+    wider = build_shortlist(sources, targets, source_tokenizer, target_tokenizer, size=4, frequent=0)
+    assert all(targets[0] == word.upper() and len(targets) > 1 for word, targets in wider.candidates.items())
+    assert wider.always == []
+
+
+def test_shortlist_file_has_ctranslate2s_vmap_format(tmp_path):
+    """`source<TAB>targets` lines, the tokens always allowed on the line with an empty source (the format
+    CTranslate2's VocabularyMap reads); tokens the format or the vocabularies cannot hold are refused."""
+    shortlist = Shortlist(["W1", "W2"], {"w1": ["W1"], "w2": ["W2", "W3"]})
+    shortlist.write(tmp_path / VMAP_FILE)
+    assert (tmp_path / VMAP_FILE).read_text(encoding="utf-8") == "\tW1 W2\nw1\tW1\nw2\tW2 W3\n"
+    assert shortlist.allowed(["w2", "w9"]) == {"W1", "W2", "W3"}
+    shortlist.check(["w1", "w2"], ["W1", "W2", "W3"])
+    with pytest.raises(ExportError, match="names target token 'W3', which is not in the target vocabulary"):
+        shortlist.check(["w1", "w2"], ["W1", "W2"])
+    with pytest.raises(ExportError, match="or holds whitespace"):
+        Shortlist(["W 1"], {}).check([], ["W 1"])
+
+
+@needs_ctranslate2
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["paper", "fairseq"])
+def test_a_shortlist_of_every_token_decodes_as_no_shortlist(exported, tmp_path, variant):
+    source = load_for_export(exported(variant))
+    target_tokenizer = source.target_tokenizer or source.tokenizer
+    every_token = vocabulary_tokens(target_tokenizer, source.config.decoder_vocab_size, "target")
+    folder = export_ctranslate2(source, tmp_path / "ct2", shortlist=Shortlist(every_token, {}))
+    with_vmap, without = load_model(folder), load_model(folder, use_vmap=False)
+    assert (with_vmap.use_vmap, without.use_vmap) == (True, False)
+    for decoding in DECODINGS:
+        for batch in _batches(exported(variant)):
+            assert torch.equal(with_vmap.generate(**batch, **decoding), without.generate(**batch, **decoding))
+
+
+@needs_ctranslate2
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["paper", "fairseq"])
+def test_a_shortlist_restricts_outputs_to_its_tokens(exported, tmp_path, variant):
+    """With one target token per source word and none always allowed, each output holds only the
+    translations of its input's words (and CTranslate2's special tokens), where the unrestricted engine
+    writes others."""
+    source = load_for_export(exported(variant))
+    target_tokenizer = source.target_tokenizer or source.tokenizer
+    shortlist = build_shortlist(
+        *_reverse_pairs(variant, 300, seed=7), source.tokenizer, target_tokenizer, size=1, frequent=0
+    )
+    folder = export_ctranslate2(source, tmp_path / "ct2", shortlist=shortlist)
+    restricted, free = load_model(folder), load_model(folder, use_vmap=False)
+    escapes = 0
+    for text in filter(None, SENTENCES):
+        batch = source.tokenizer([text], return_tensors="pt")
+        allowed = shortlist.allowed(source.tokenizer.tokenize(text)) | set(SPECIALS)
+        for decoding in DECODINGS:
+            outputs = [
+                set(target_tokenizer.convert_ids_to_tokens(engine.generate(**batch, **decoding)[0, 1:]))
+                for engine in (restricted, free)
+            ]
+            assert outputs[0] <= allowed, (text, decoding)
+            escapes += not outputs[1] <= allowed
+    assert escapes > 0
 
 
 @needs_onnx
@@ -394,6 +481,38 @@ def test_export_script_writes_a_self_contained_folder(tmp_path, capsys):
     assert len(translator.translate(["t1 t2 t3", ""], max_new_tokens=3)) == 2
 
 
+@needs_ctranslate2
+def test_export_script_builds_a_shortlist_from_training_files(tmp_path):
+    model = tiny_model()
+    model.generation_config = paper_generation_config(model.config)
+    model.save_pretrained(tmp_path / "model")
+    _vocabulary_tokenizer(64).save_pretrained(tmp_path / "model")
+    (tmp_path / "train.en").write_text("t5 t9\nt7 t3\n", encoding="utf-8")
+    (tmp_path / "train.de").write_text("t9 t5\nt3 t7\n", encoding="utf-8")
+    common = ["--model", str(tmp_path / "model"), "--to", "ctranslate2"]
+    export_script.main(
+        [
+            *common,
+            "--out",
+            str(tmp_path / "ct2"),
+            "--shortlist-from",
+            str(tmp_path / "train"),
+            "--shortlist-size",
+            "1",
+        ]
+    )
+    lines = (tmp_path / "ct2" / VMAP_FILE).read_text(encoding="utf-8").splitlines()
+    assert sorted(lines[0].split("\t")[1].split()) == ["t3", "t5", "t7", "t9"]
+    assert sorted(line.split("\t")[0] for line in lines[1:]) == ["t3", "t5", "t7", "t9"]
+    info = json.loads((tmp_path / "ct2" / EXPORT_INFO_FILE).read_text())
+    assert info["shortlist"] == {"always": 4, "source_tokens": 4}
+    assert load_model(tmp_path / "ct2").use_vmap and not load_model(tmp_path / "ct2", use_vmap=False).use_vmap
+    export_script.main([*common, "--out", str(tmp_path / "plain")])
+    assert not load_model(tmp_path / "plain").use_vmap
+    with pytest.raises(ValueError, match="has no vocabulary shortlist"):
+        load_model(tmp_path / "plain", use_vmap=True)
+
+
 def _script_error(capsys, *argv: str) -> str:
     with pytest.raises(SystemExit) as exit_info:
         export_script.main(list(argv))
@@ -411,6 +530,30 @@ def test_export_script_reports_bad_input_in_one_line(tmp_path, capsys):
         capsys, "--model", missing, "--to", "onnx", "--quantization", "int8", "--out", str(tmp_path / "out")
     )
     assert "quantization applies to CTranslate2 exports only" in error
+    error = _script_error(
+        capsys,
+        "--model",
+        missing,
+        "--to",
+        "onnx",
+        "--shortlist-from",
+        "train",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert "shortlist applies to CTranslate2 exports only" in error
+    error = _script_error(
+        capsys,
+        "--model",
+        missing,
+        "--to",
+        "ctranslate2",
+        "--shortlist-from",
+        str(tmp_path / "nothing"),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert f"No such shortlist file: {tmp_path / 'nothing'}.en, {tmp_path / 'nothing'}.de" in error
 
 
 @needs_ctranslate2
