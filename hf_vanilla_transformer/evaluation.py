@@ -4,7 +4,8 @@ Two scores, which are NOT comparable with each other:
 
 * `corpus_bleu`: detokenized sacreBLEU (Post, 2018), the standard today. Hypotheses and references are
   plain text; sacreBLEU tokenizes both itself (13a by default) and the returned signature records every
-  setting, so the number is reproducible.
+  setting, so the number is reproducible. It is computed by the package's `evaluate` metric
+  (`hf_vanilla_transformer.metrics.SACREBLEU_METRIC`), loaded by path so that it works offline.
 * `tokenized_bleu`: an approximation of the tokenized BLEU behind the paper's 27.3 / 28.4 (EN-DE), the
   recipe an author gave in tensor2tensor issue #61 and `get_ende_bleu.sh`: Moses-tokenize, split hyphenated
   compounds into `rich ##AT##-##AT## text`, then `multi-bleu.perl`. A correctly translated compound then
@@ -17,9 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import cache
 
+import evaluate
 from sacrebleu.metrics import BLEU
-from sacrebleu.metrics.bleu import BLEUScore
+
+from .metrics import SACREBLEU_METRIC
 
 # tensor2tensor's get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. Matches do not overlap,
 # exactly as in perl, so "a-b-c" becomes "a ##AT##-##AT## b-c".
@@ -77,15 +81,22 @@ def _validated(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[li
     return hyps, refs
 
 
-def _result(score: BLEUScore, signature: str) -> BleuResult:
+def _result(score: dict[str, object], signature: str) -> BleuResult:
+    """A `BleuResult` from the figures of a sacreBLEU score (the `SacreBleu` metric's output names)."""
     return BleuResult(
-        score=score.score,
+        score=score["score"],
         signature=signature,
-        precisions=tuple(score.precisions),
-        brevity_penalty=score.bp,
-        hyp_len=score.sys_len,
-        ref_len=score.ref_len,
+        precisions=tuple(score["precisions"]),
+        brevity_penalty=score["bp"],
+        hyp_len=score["sys_len"],
+        ref_len=score["ref_len"],
     )
+
+
+@cache
+def _sacrebleu_metric() -> evaluate.EvaluationModule:
+    # Loading copies and imports the module once; keep_in_memory spares every score a cache file on disk.
+    return evaluate.load(SACREBLEU_METRIC, keep_in_memory=True)
 
 
 def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, tokenize: str = "13a") -> BleuResult:
@@ -101,9 +112,8 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, tokeniz
         TypeError: a single string or a non-string segment was given.
     """
     hyps, refs = _validated(hypotheses, references)
-    metric = BLEU(tokenize=tokenize)
-    score = metric.corpus_score(hyps, [refs])
-    return _result(score, str(metric.get_signature()))
+    score = _sacrebleu_metric().compute(predictions=hyps, references=refs, tokenize=tokenize)
+    return _result(score, score["signature"])
 
 
 def split_compounds(tokenized: str) -> str:
@@ -157,4 +167,5 @@ def tokenized_bleu(
     signature = (
         f"tokenized|pretok:{tokenize}|compound:{'atat' if compound_split else 'no'}|{metric.get_signature()}"
     )
-    return _result(score, signature)
+    # A BLEUScore's attributes have the names of the metric's figures.
+    return _result(vars(score), signature)

@@ -1,4 +1,5 @@
-"""BLEU (Section 6.1): detokenized sacreBLEU, paper-style tokenized BLEU with ##AT## splitting, the CLI."""
+"""BLEU (Section 6.1): detokenized sacreBLEU (the package's `evaluate` metric), paper-style tokenized BLEU
+with ##AT## splitting, the CLI."""
 
 import json
 import os
@@ -8,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import evaluate
 import pytest
 import sacrebleu
+from sacrebleu.metrics import BLEU
 
 from hf_vanilla_transformer.evaluation import BleuResult, corpus_bleu, split_compounds, tokenized_bleu
+from hf_vanilla_transformer.metrics import SACREBLEU_METRIC
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "evaluate_bleu.py"
@@ -60,13 +64,27 @@ def test_hand_computed_example():
     assert (result.hyp_len, result.ref_len) == (6, 6)
 
 
-def test_matches_sacrebleu_on_multi30k():
+@pytest.mark.parametrize("tokenize", ["13a", "intl"])
+def test_matches_sacrebleu_on_multi30k(tokenize):
+    """corpus_bleu goes through the package's `evaluate` metric; scores and signatures are sacreBLEU's own."""
     hypotheses = _degraded(REFERENCES)
-    expected = sacrebleu.corpus_bleu(hypotheses, [REFERENCES])
-    result = corpus_bleu(hypotheses, REFERENCES)
+    bleu = BLEU(tokenize=tokenize)
+    expected = bleu.corpus_score(hypotheses, [REFERENCES])
+    result = corpus_bleu(hypotheses, REFERENCES, tokenize=tokenize)
     assert result.score == expected.score
     assert 20 < result.score < 100
+    assert result.signature == str(bleu.get_signature())
+    assert result.precisions == tuple(expected.precisions) and result.brevity_penalty == expected.bp
     assert (result.hyp_len, result.ref_len) == (expected.sys_len, expected.ref_len)
+
+
+def test_the_shipped_metric_loads_by_path_offline():
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # conftest: no network to fall back on
+    metric = evaluate.load(SACREBLEU_METRIC)
+    hypotheses = _degraded(REFERENCES[:100])
+    scored = metric.compute(predictions=hypotheses, references=REFERENCES[:100])
+    assert scored["score"] == sacrebleu.corpus_bleu(hypotheses, [REFERENCES[:100]]).score
+    assert scored["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|")
 
 
 def test_compound_splitting_changes_score_as_computed_by_hand():
