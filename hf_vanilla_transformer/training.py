@@ -4,14 +4,20 @@
   accumulation making up for fewer devices than the paper's 8 GPUs.
 - Adam(0.9, 0.98, 1e-9) with the warm-up / inverse-square-root learning rate (Section 5.3).
 - Label smoothing and dropout from the model config (Section 5.4).
-- Checkpoints every `save_steps`, the last K kept, resumable after a crash (with the same model and
-  recipe, recorded in `training_recipe.json`); the last K averaged into the final model (Section 6.1),
-  which is then evaluated with the paper's beam search and sacreBLEU.
+- On GPUs: bf16 autocast where the GPU computes bf16 natively, else fp16 with loss scaling; TF32 matrix
+  products where available; the data collated in worker processes.
+- Checkpoints every `save_steps`, the last K kept, resumable after a crash (with the same model, recipe and
+  number of processes, recorded in `training_recipe.json`); the training time and target tokens of every
+  segment are stored with each checkpoint, so the time budget and the tokens/s figure cover the whole run.
+  The last K checkpoints are averaged into the final model (Section 6.1), which is then evaluated with the
+  paper's beam search and sacreBLEU.
 
-`run_training` is what `scripts/train.py` calls; tests call it too.
+`run_training` is what the `train` command calls; tests call it too. Progress goes to the
+`hf_vanilla_transformer` logger (`transformers.utils.logging`), from the main process only.
 """
 
 import json
+import logging as python_logging
 import math
 import time
 from collections.abc import Iterator
@@ -23,6 +29,7 @@ from typing import Any
 
 import torch
 from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
@@ -31,7 +38,9 @@ from transformers import (
     Seq2SeqTrainingArguments,
     TrainerCallback,
 )
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import seed_worker
+from transformers.utils import is_torch_tf32_available, logging
 
 from .averaging import average_checkpoints, last_checkpoints
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
@@ -50,6 +59,11 @@ TOKENIZER_DIR = "tokenizer"
 FINAL_MODEL_DIR = "model"
 RESULTS_FILE = "results.json"
 RECIPE_FILE = "training_recipe.json"
+# Data-loading worker processes per device when not given: enough to collate the next batches while the GPU
+# computes. On a CPU the workers would take cores from the computation itself.
+GPU_DATALOADER_WORKERS = 2
+
+logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -88,6 +102,8 @@ class TrainingSettings:
     seed: int = 1
     resume: bool = False
     bf16: bool | None = None
+    dataloader_workers: int | None = None
+    report_to: str = "none"
     num_beams: int = 4
     eval_batch_size: int = 64
     max_eval_sentences: int | None = None
@@ -110,20 +126,41 @@ class TrainingSettings:
             "save_steps",
             "eval_steps",
             "keep_checkpoints",
+            "average_checkpoints",
         ):
             if getattr(recipe, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(recipe, name)}.")
+        if recipe.average_checkpoints > recipe.keep_checkpoints:
+            raise ValueError(
+                f"average_checkpoints ({recipe.average_checkpoints}) exceeds keep_checkpoints "
+                f"({recipe.keep_checkpoints}): only the last {recipe.keep_checkpoints} checkpoints stay on "
+                f"disk to be averaged. Raise --keep-checkpoints to at least {recipe.average_checkpoints}, or "
+                "average fewer."
+            )
         return recipe
+
+    def workers(self) -> int:
+        """Data-loading worker processes per device: the given number, else a few on a GPU, none on a CPU."""
+        if self.dataloader_workers is None:
+            return GPU_DATALOADER_WORKERS if torch.cuda.is_available() else 0
+        if self.dataloader_workers < 0:
+            raise ValueError(
+                f"dataloader_workers must be 0 (load in the training process) or more, got "
+                f"{self.dataloader_workers}."
+            )
+        return self.dataloader_workers
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer whose training batches hold about `max_tokens` source and target tokens each
-    (Section 5.1) instead of a fixed number of sentences; every process gets its own share."""
+    (Section 5.1) instead of a fixed number of sentences; every process gets its own share. The target
+    tokens trained on are counted on `clock` as the batches reach the training loop, so data-loading
+    workers may collate them."""
 
-    def __init__(self, *args, max_tokens: int, **kwargs) -> None:
+    def __init__(self, *args, max_tokens: int, clock: "TrainingClock", **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
-        self.train_collator = TokenCounter(self.data_collator)
+        self.clock = clock
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
@@ -138,9 +175,11 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.train_collator,
+            collate_fn=self.data_collator,
             num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor,
             worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
         )
         loader = self.accelerator.prepare(loader)
@@ -148,60 +187,135 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         bypass_accelerate_sharding(loader, sampler)
         return loader
 
+    def get_batch_samples(
+        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
+    ) -> tuple[list, torch.Tensor | int | None]:
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        for batch in batch_samples:
+            self.clock.count_targets(batch["labels"])
+        return batch_samples, num_items_in_batch
 
-class TokenCounter:
-    """Wraps the training data collator to count the target tokens trained on, for the tokens/s figure."""
 
-    def __init__(self, collator: Any) -> None:
-        self.collator = collator
+class TrainingClock(TrainerCallback, ExportableState):
+    """Measures the run across resumes: its wall time in training (`seconds`, dev evaluations included), the
+    part of it spent on dev evaluations (`eval_seconds`) and the target tokens trained on, over all
+    processes (`target_tokens`). The figures are saved in every checkpoint's `trainer_state.json` and taken
+    up again from the checkpoint a run resumes from.
+
+    With `max_minutes`, ends training, with a checkpoint, once the run has trained that long, counting every
+    segment: a budget in time rather than steps gives the same run length on machines of any speed. The
+    budget is checked after every step.
+    """
+
+    def __init__(self, max_minutes: float | None = None) -> None:
+        self.max_minutes = max_minutes
+        self.seconds = 0.0
+        self.eval_seconds = 0.0
         self.target_tokens = 0
+        self._segment_started: float | None = None
+        self._seconds_before = 0.0
+        # This process's target tokens since the last sum over processes, on the device, so that counting
+        # does not wait for the GPU.
+        self._uncounted: torch.Tensor | int = 0
 
-    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        batch = self.collator(features)
-        self.target_tokens += int((batch["labels"] != -100).sum())
-        return batch
+    def state(self) -> dict[str, Any]:
+        # No constructor arguments: a resumed run may set another budget.
+        return {
+            "args": {},
+            "attributes": {
+                "seconds": self.elapsed(),
+                "eval_seconds": self.eval_seconds,
+                "target_tokens": self.target_tokens,
+            },
+        }
 
+    def elapsed(self) -> float:
+        """Seconds of training so far, over every segment of the run."""
+        if self._segment_started is None:
+            return self.seconds
+        return self._seconds_before + time.monotonic() - self._segment_started
 
-class TimeBudgetCallback(TrainerCallback):
-    """Ends training, with a checkpoint, once `minutes` of training have passed: a budget in time
-    rather than steps gives the same run length on machines of any speed."""
+    @property
+    def train_seconds(self) -> float:
+        """Seconds of training without the dev evaluations, over every segment of the run."""
+        return self.seconds - self.eval_seconds
 
-    def __init__(self, minutes: float) -> None:
-        self.seconds = minutes * 60
-        self.started = time.monotonic()
+    def count_targets(self, labels: torch.Tensor) -> None:
+        self._uncounted = self._uncounted + labels.ne(-100).sum()
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
-        self.started = time.monotonic()
+        # A fresh run's state holds this clock's zeros; a resumed one, the figures of its checkpoint (or
+        # nothing, for checkpoints saved without a clock: then they count from here on).
+        saved = state.stateful_callbacks.setdefault(type(self).__name__, self.state())["attributes"]
+        self.seconds, self.eval_seconds = saved["seconds"], saved["eval_seconds"]
+        self.target_tokens = saved["target_tokens"]
+        self._seconds_before, self._segment_started = self.seconds, time.monotonic()
+        if self._budget_spent() and state.is_world_process_zero:
+            logger.warning(
+                f"The run has trained for {self.seconds / 60:.1f} minutes already, its whole --max-minutes "
+                f"budget of {self.max_minutes:g} (which counts every resumed segment): it stops after one "
+                "more step. Raise --max-minutes to train for longer."
+            )
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
-        # Every process must stop at the same step, so the main process decides for all.
-        stop = torch.tensor(float(time.monotonic() - self.started > self.seconds), device=args.device)
-        if args.world_size > 1:
-            torch.distributed.broadcast(stop, src=0)
-        if stop.item():
-            control.should_training_stop = True
-            control.should_save = True
-
-
-class ProgressSummaryCallback(TrainerCallback):
-    """Prints dev loss lines as they come, so that a long run is readable without the bars, and adds
-    up the time spent on them, which the tokens/s figure leaves out."""
-
-    def __init__(self) -> None:
-        self.eval_seconds = 0.0
+        if self.max_minutes is not None:
+            # Every process must stop at the same step, so the main process decides for all.
+            stop = torch.tensor(float(self._budget_spent()), device=args.device)
+            if args.world_size > 1:
+                torch.distributed.broadcast(stop, src=0)
+            if stop.item():
+                control.should_training_stop = True
+                control.should_save = True
+        if control.should_save:
+            self._sum_over_processes(args)
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
-        if metrics and "eval_runtime" in metrics:
+        if self._segment_started is not None and metrics and "eval_runtime" in metrics:
             self.eval_seconds += metrics["eval_runtime"]
+
+    def on_train_end(self, args, state, control, **kwargs) -> None:
+        self._sum_over_processes(args)
+        self.seconds, self._segment_started = self.elapsed(), None
+
+    def _budget_spent(self) -> bool:
+        return self.max_minutes is not None and self.elapsed() > self.max_minutes * 60
+
+    def _sum_over_processes(self, args) -> None:
+        # A collective: every process calls it at the same step (all save at the same steps and end together).
+        uncounted = torch.as_tensor(self._uncounted, device=args.device)
+        if args.world_size > 1:
+            torch.distributed.all_reduce(uncounted)
+        self.target_tokens += int(uncounted)
+        self._uncounted = 0
+
+
+class DevLossCallback(TrainerCallback):
+    """Logs a line for every dev loss evaluation, so that a long run is readable without the progress bars."""
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
         if state.is_world_process_zero and metrics and "eval_loss" in metrics:
-            print(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}", flush=True)
+            logger.info(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}")
 
 
 def _bf16_is_fast() -> bool:
-    """bf16 autocast pays only where bf16 matrix products run natively (AVX-512 BF16 / AMX, or a GPU)."""
+    """bf16 autocast pays only where bf16 matrix products run natively (AVX-512 BF16 / AMX, or an Ampere or
+    newer GPU); elsewhere they are emulated."""
     if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.is_bf16_supported(including_emulation=False)
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def _mixed_precision(settings: TrainingSettings, recipe: TrainingPreset) -> str:
+    """The autocast of the run: "bf16", "fp16" or "no". An explicit --bf16 / --no-bf16 wins. A preset's bf16
+    asks for half precision where it is fast: bf16 where it is native, fp16 with loss scaling on older GPUs
+    (V100, T4), none on a CPU without native bf16."""
+    if settings.bf16 is not None:
+        return "bf16" if settings.bf16 else "no"
+    if not recipe.bf16:
+        return "no"
+    if _bf16_is_fast():
+        return "bf16"
+    return "fp16" if torch.cuda.is_available() else "no"
 
 
 @contextmanager
@@ -219,27 +333,43 @@ def cpu_bf16_training(model: VanillaTransformerForConditionalGeneration) -> Iter
         model.set_attn_implementation(attention)
 
 
-def _accumulation_steps(recipe: TrainingPreset, world_size: int) -> int:
-    return max(1, math.ceil(recipe.tokens_per_step / (recipe.max_tokens * world_size)))
+def _batch_layout(recipe: TrainingPreset, world_size: int) -> tuple[int, int]:
+    """(tokens per micro-batch and device, gradient accumulation steps) for about `tokens_per_step` tokens
+    per optimizer step over all devices (Section 5.1). `max_tokens` caps the micro-batch; when the devices
+    together hold more than a step, each takes its share of the step instead (8 GPUs: the paper's 3125)."""
+    accumulation = math.ceil(recipe.tokens_per_step / (recipe.max_tokens * world_size))
+    return math.ceil(recipe.tokens_per_step / (world_size * accumulation)), accumulation
 
 
 def _latest_complete_checkpoint(output_dir: Path) -> Path | None:
     """The newest checkpoint that was written to the end. Trainer writes `trainer_state.json` last, so a
     folder without a readable one is what a kill during saving left: it is set aside, not resumed from."""
-    for checkpoint in sorted(last_checkpoints(output_dir, k=None), key=lambda p: -int(p.name.split("-")[1])):
+    for checkpoint in reversed(last_checkpoints(output_dir, k=None)):
         try:
             json.loads((checkpoint / "trainer_state.json").read_text())
             return checkpoint
         except (OSError, ValueError):
             aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
-            print(f"{checkpoint} was not written completely (killed while saving?); moved it to {aside}.")
+            logger.warning(
+                f"{checkpoint} was not written completely (killed while saving?); moved to {aside}."
+            )
             checkpoint.rename(aside)
     return None
 
 
-def _check_resumable(output_dir: Path, resume: bool) -> Path | None:
-    """The checkpoint to resume from; refuses to train over checkpoints unless asked to resume."""
+def _look_for_checkpoints(output_dir: Path, resume: bool) -> tuple[bool, Path | None]:
+    """Whether `output_dir` holds checkpoints, and (when resuming) the one to resume from."""
     has_checkpoints = output_dir.is_dir() and bool(last_checkpoints(output_dir, k=None))
+    return has_checkpoints, _latest_complete_checkpoint(output_dir) if resume and has_checkpoints else None
+
+
+def _check_resumable(output_dir: Path, resume: bool, state: PartialState) -> Path | None:
+    """The checkpoint to resume from; refuses to train over checkpoints unless asked to resume.
+
+    Only the main process looks, and sets incomplete checkpoints aside, while the others wait for its answer:
+    processes renaming the same folder at once would crash, and all must resume from the same checkpoint."""
+    found = [_look_for_checkpoints(output_dir, resume) if state.is_main_process else None]
+    has_checkpoints, last = broadcast_object_list(found)[0]
     if not resume:
         if has_checkpoints:
             raise FileExistsError(
@@ -247,10 +377,9 @@ def _check_resumable(output_dir: Path, resume: bool) -> Path | None:
                 "another --output-dir: a new run would overwrite them."
             )
         return None
-    last = _latest_complete_checkpoint(output_dir) if has_checkpoints else None
     if last is None:
         raise FileNotFoundError(f"--resume: no complete checkpoint-N folder in {output_dir} to resume from.")
-    print(f"Resuming from {last}")
+    logger.info(f"Resuming from {last}")
     return last
 
 
@@ -303,20 +432,31 @@ _MAY_CHANGE_ON_RESUME = frozenset(
 _NOT_THE_RECIPE = frozenset(("model_preset", "model_overrides", "vocab_size"))
 
 
-def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset) -> dict[str, Any]:
+def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, world_size: int) -> dict[str, Any]:
     fields = {key: value for key, value in asdict(recipe).items() if key not in _NOT_THE_RECIPE}
-    return {"preset": settings.preset, "seed": settings.seed, **fields}
+    return {"preset": settings.preset, "seed": settings.seed, "world_size": world_size, **fields}
 
 
 def _check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
     """A resumed run must train as the run it continues did: `--resume` with another preset (or another
-    batch size, warm-up, ...) would otherwise carry on silently with other batches and another schedule.
-    Folders from before the recipe was recorded are not checked."""
+    batch size, warm-up, ...) would otherwise carry on silently with other batches and another schedule,
+    and on another number of processes it would skip other batches than those already trained on (each
+    process takes its own share of every epoch's batches). Folders from before the recipe was recorded are
+    not checked, nor the number of processes of runs recorded without it."""
     recorded_file = output_dir / RECIPE_FILE
     if not recorded_file.is_file():
         return
     recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
-    differences = _differences(recorded, record, _MAY_CHANGE_ON_RESUME, "the run")
+    world_size = recorded.get("world_size", record["world_size"])
+    if world_size != record["world_size"]:
+        raise ValueError(
+            f"Cannot resume {output_dir} on {record['world_size']} process(es): it was trained on "
+            f"{world_size}, and each process takes its own share of every epoch's batches, so another "
+            "number would skip other batches than those already trained on. Resume with "
+            f"{world_size} process(es) (e.g. accelerate launch --num_processes {world_size}), or start a new "
+            "--output-dir."
+        )
+    differences = _differences(recorded, record, _MAY_CHANGE_ON_RESUME | {"world_size"}, "the run")
     if differences:
         raise ValueError(
             f"Cannot resume {output_dir} with another recipe ({differences}). Resume with the "
@@ -433,6 +573,8 @@ def _evaluate_bleu(
     settings: TrainingSettings,
     name: str,
 ) -> tuple[dict[str, Any], list[str]]:
+    """Translates `pairs` with the paper's beam search and scores it with the package's sacreBLEU metric
+    (through `evaluate`), Section 6.1."""
     sources, references = list(pairs["src"]), list(pairs["tgt"])
     if settings.max_eval_sentences is not None:
         sources, references = (
@@ -443,21 +585,34 @@ def _evaluate_bleu(
         model, tokenizer, sources, batch_size=settings.eval_batch_size, num_beams=settings.num_beams
     )
     bleu = corpus_bleu(hypotheses, references)
-    print(
+    logger.info(
         f"{name} BLEU {bleu.score:.2f} ({len(sources)} sentences, beam {settings.num_beams}) {bleu.signature}"
     )
     return {"bleu": bleu.score, "bleu_signature": bleu.signature, "sentences": len(sources)}, hypotheses
 
 
+def _show_progress(is_main_process: bool) -> None:
+    """Makes the run's progress lines visible: INFO and up from the main process, warnings from the others,
+    as Trainer's `log_level` and `log_level_replica` do for transformers' logger, on stderr like
+    transformers' default handler. A level or a handler the caller has set for the package wins."""
+    package_logger = logging.get_logger(__package__)
+    if package_logger.level == logging.NOTSET:
+        package_logger.setLevel(logging.INFO if is_main_process else logging.WARNING)
+    if not package_logger.hasHandlers():
+        package_logger.addHandler(python_logging.StreamHandler())
+
+
 def run_training(settings: TrainingSettings) -> dict[str, Any]:
     """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
     recipe = settings.recipe()
+    workers = settings.workers()
     output_dir = Path(settings.output_dir)
-    checkpoint = _check_resumable(output_dir, settings.resume)
-    record = _recipe_record(settings, recipe)
+    state = PartialState(cpu=not torch.cuda.is_available())
+    _show_progress(state.is_main_process)
+    checkpoint = _check_resumable(output_dir, settings.resume, state)
+    record = _recipe_record(settings, recipe, state.num_processes)
     if checkpoint is not None:
         _check_same_recipe(output_dir, record)
-    state = PartialState(cpu=not torch.cuda.is_available())
     if checkpoint is None and state.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / RECIPE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -484,9 +639,8 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
             dev_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
         )
 
-    accumulation = _accumulation_steps(recipe, state.num_processes)
-    # An explicit --bf16 / --no-bf16 wins; a preset's bf16 applies only where it is fast.
-    use_bf16 = settings.bf16 if settings.bf16 is not None else recipe.bf16 and _bf16_is_fast()
+    micro_batch_tokens, accumulation = _batch_layout(recipe, state.num_processes)
+    precision = _mixed_precision(settings, recipe)
     args = Seq2SeqTrainingArguments(
         output_dir=str(output_dir),
         max_steps=recipe.max_steps,
@@ -500,15 +654,20 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         logging_steps=max(1, min(50, recipe.max_steps // 20)),
         max_grad_norm=0.0,  # the paper clips nothing
         seed=settings.seed,
-        bf16=use_bf16,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        # TF32 matrix products on Ampere and newer GPUs; TrainingArguments refuses tf32=True elsewhere.
+        tf32=True if is_torch_tf32_available() else None,
         use_cpu=not torch.cuda.is_available(),
-        report_to="none",
-        dataloader_num_workers=0,
+        report_to=settings.report_to,
+        dataloader_num_workers=workers,
+        # Workers forked once for the run rather than for every epoch and every dev evaluation.
+        dataloader_persistent_workers=workers > 0,
         ddp_find_unused_parameters=False,
     )
     optimizer = build_paper_optimizer(model)
     scheduler = get_noam_schedule(optimizer, model.config.d_model, recipe.warmup_steps, recipe.lr_scale)
-    progress = ProgressSummaryCallback()
+    clock = TrainingClock(recipe.max_minutes)
     trainer = TokenBudgetSeq2SeqTrainer(
         model=model,
         args=args,
@@ -517,24 +676,22 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
         optimizers=(optimizer, scheduler),
-        callbacks=[progress] + ([TimeBudgetCallback(recipe.max_minutes)] if recipe.max_minutes else []),
-        max_tokens=recipe.max_tokens,
+        callbacks=[DevLossCallback(), clock],
+        max_tokens=micro_batch_tokens,
+        clock=clock,
     )
-    if state.is_main_process:
-        millions = sum(p.numel() for p in model.parameters()) / 1e6
-        print(
-            f"Training {recipe.model_preset} ({millions:.1f}M parameters) "
-            f"on {len(train_dataset):,} pairs: {recipe.max_steps} steps of ~{recipe.tokens_per_step} tokens "
-            f"({recipe.max_tokens} per micro-batch x {accumulation} accumulation x {state.num_processes} "
-            f"process(es)), warmup {recipe.warmup_steps}, output {output_dir}",
-            flush=True,
-        )
-    started = time.perf_counter()
-    with cpu_bf16_training(model) if use_bf16 and not torch.cuda.is_available() else nullcontext():
+    millions = sum(p.numel() for p in model.parameters()) / 1e6
+    logger.info(
+        f"Training {recipe.model_preset} ({millions:.1f}M parameters) "
+        f"on {len(train_dataset):,} pairs: {recipe.max_steps} steps of ~{recipe.tokens_per_step} tokens "
+        f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {state.num_processes} "
+        f"process(es)), warmup {recipe.warmup_steps}, {precision if precision != 'no' else 'float32'}, "
+        f"output {output_dir}"
+    )
+    with cpu_bf16_training(model) if precision == "bf16" and not torch.cuda.is_available() else nullcontext():
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    train_seconds = time.perf_counter() - started - progress.eval_seconds
-    counted = torch.tensor(trainer.train_collator.target_tokens, device=trainer.args.device)
-    target_tokens = int(trainer.accelerator.reduce(counted, "sum"))
+    train_seconds = clock.train_seconds
+    tokens_per_second = round(clock.target_tokens / train_seconds, 1) if train_seconds > 0 else None
 
     # Section 6.1 averages the last K checkpoints; a short run may have saved fewer.
     final_dir = output_dir / FINAL_MODEL_DIR
@@ -543,7 +700,9 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     if state.is_main_process:
         if len(averaged) > 1:
             average_checkpoints(averaged, final_dir)
-            print(f"Averaged the last {len(averaged)} checkpoints: {', '.join(p.name for p in averaged)}")
+            logger.info(
+                f"Averaged the last {len(averaged)} checkpoints: {', '.join(c.name for c in averaged)}"
+            )
         else:
             trainer.model.save_pretrained(final_dir)
     state.wait_for_everyone()
@@ -554,9 +713,10 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         "steps": trainer.state.global_step,
         "train_pairs": len(train_dataset),
         "train_seconds": round(train_seconds, 1),
-        "target_tokens_per_second": round(target_tokens / train_seconds, 1) if train_seconds > 0 else None,
+        "target_tokens_per_second": tokens_per_second,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "bf16_autocast": use_bf16,
+        "mixed_precision": precision,
+        "processes": state.num_processes,
         "averaged_checkpoints": [p.name for p in averaged] if len(averaged) > 1 else [],
         "dataset": settings.train,
         "src_lang": settings.src_lang,
@@ -594,11 +754,12 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
             for s, r, h in zip(first["src"], first["tgt"], hypotheses[:5])
         ]
     (final_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    _print_summary(results)
+    logger.info(format_summary(results))
     return results
 
 
-def _print_summary(results: dict[str, Any]) -> None:
+def format_summary(results: dict[str, Any]) -> str:
+    """The end-of-run summary box of `run_training`'s results: speed, dev and test scores, a few samples."""
     lines = [
         "",
         "=" * 72,
@@ -618,4 +779,4 @@ def _print_summary(results: dict[str, Any]) -> None:
             f"  hyp: {sample['translation']}",
         ]
     lines += [f"model saved in {results['model_dir']}", "=" * 72]
-    print("\n".join(lines), flush=True)
+    return "\n".join(lines)

@@ -25,15 +25,18 @@ TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-ov
         "--eval-batch-size", "8"]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    """A slice of the shipped Multi30k: 300 training pairs, 20 dev and 20 test pairs."""
-    folder = tmp_path_factory.mktemp("corpus")
+def write_corpus(folder: Path) -> Path:
+    """A slice of the shipped Multi30k in `folder`: 300 training pairs, 20 dev and 20 test pairs."""
     for split, count in (("train", 300), ("val", 20), ("test_2016_flickr", 20)):
         for lang in ("en", "de"):
             lines = (REPO_ROOT / "data" / "multi30k" / f"{split}.{lang}").read_text().split("\n")[:count]
             (folder / f"{split}.{lang}").write_text("\n".join(lines) + "\n")
     return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 def data_flags(corpus: Path) -> list[str]:
@@ -71,7 +74,9 @@ def test_train_average_translate_and_score(corpus, tmp_path):
         "--max-steps", "6", "--save-steps", "2", "--eval-steps", "3", "--average-checkpoints", "3",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "test BLEU" in result.stdout and "model saved in" in result.stdout
+    # The run's progress and summary are logged (on stderr, as transformers logs).
+    assert "test BLEU" in result.stderr and "model saved in" in result.stderr
+    assert "step 3: dev loss" in result.stderr and "dev BLEU" in result.stderr
     results = json.loads((out / "model" / "results.json").read_text())
     assert results["steps"] == 6
     assert results["averaged_checkpoints"] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
@@ -216,11 +221,11 @@ def test_bf16_on_a_cpu_trains_with_eager_attention_and_fast_dropout_masks(corpus
 
     monkeypatch.setattr(training, "cpu_bf16_training", recording)
     results = run_training(settings(corpus, tmp_path, bf16=True))
-    assert results["bf16_autocast"] and seen == [("eager", True)]
+    assert results["mixed_precision"] == "bf16" and seen == [("eager", True)]
     # How the run drew its dropout masks is not part of the model it publishes.
     saved = json.loads((Path(results["model_dir"]) / "config.json").read_text())
     assert "fast_dropout_masks" not in saved
-    assert not run_training(settings(corpus, tmp_path / "fp32", bf16=False))["bf16_autocast"]
+    assert run_training(settings(corpus, tmp_path / "fp32", bf16=False))["mixed_precision"] == "no"
     assert len(seen) == 1  # not in float32
 
 
@@ -237,7 +242,7 @@ def test_two_process_launch(corpus, tmp_path):
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "256 per micro-batch x 1 accumulation x 2 process(es)" in result.stdout
+    assert "256 per micro-batch x 1 accumulation x 2 process(es)" in result.stderr
     results = json.loads((tmp_path / "model" / "results.json").read_text())
     assert results["steps"] == 4 and {"dev_loss", "dev_bleu", "bleu"} <= results.keys()
 

@@ -1,0 +1,179 @@
+"""run_training across processes, GPUs and resumes: two gloo processes on a CPU, the number of processes
+recorded and checked on resume, the time budget and the tokens/s figure over every segment of a run,
+incomplete checkpoints set aside by one process only, refused settings, and the GPU choices (mixed precision,
+TF32, data-loading workers)."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from test_training import settings, write_corpus
+
+from hf_vanilla_transformer import training
+from hf_vanilla_transformer.batching import TokenBudgetBatchSampler
+from hf_vanilla_transformer.data import load_parallel_data, tokenize_pairs
+from hf_vanilla_transformer.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.tokenization import load_tokenizer
+from hf_vanilla_transformer.training import TrainingSettings, run_training
+
+# What `accelerate launch` runs in every process: run_training on settings given as JSON.
+LAUNCHED = """
+import json
+import sys
+
+from hf_vanilla_transformer.training import TrainingSettings, run_training
+
+run_training(TrainingSettings(**json.loads(sys.argv[1])))
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def launch(tmp_path: Path, processes: int, run: TrainingSettings) -> subprocess.CompletedProcess:
+    """`run` in `processes` CPU processes (gloo) under `accelerate launch`, as on several GPUs."""
+    script = tmp_path / "launched.py"
+    script.write_text(LAUNCHED)
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                str(processes), "--num_machines", "1", "--mixed_precision", "no",
+                "--dynamo_backend", "no"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    settings_json = json.dumps(vars(run))
+    return subprocess.run(
+        [*launcher, str(script), settings_json], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+def clock(checkpoint: Path) -> dict[str, float]:
+    """The training time and target tokens a checkpoint stores for the run so far."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return state["stateful_callbacks"]["TrainingClock"]["attributes"]
+
+
+def test_two_processes_train_resume_over_an_incomplete_checkpoint_and_refuse_one(corpus, tmp_path):
+    out = tmp_path / "run"
+    two = settings(corpus, out, max_steps=2, save_steps=1, max_tokens=256, tokens_per_step=512)
+    first = launch(tmp_path, 2, two)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "256 per micro-batch x 1 accumulation x 2 process(es)" in first.stderr
+    assert json.loads((out / training.RECIPE_FILE).read_text())["world_size"] == 2
+    assert clock(out / "checkpoint-2")["target_tokens"] > 0
+
+    # A kill while checkpoint-3 was being saved: both processes find it, the main one alone sets it aside.
+    incomplete = out / "checkpoint-3"
+    incomplete.mkdir()
+    (incomplete / "model.safetensors").write_bytes(b"cut short")
+    resumed = launch(tmp_path, 2, replace(two, max_steps=4, resume=True))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resuming from" in resumed.stderr and str(out / "checkpoint-2") in resumed.stderr
+    assert (out / "incomplete-checkpoint-3" / "model.safetensors").read_bytes() == b"cut short"
+    results = json.loads((out / "model" / "results.json").read_text())
+    assert results["steps"] == 4 and results["processes"] == 2
+    assert clock(out / "checkpoint-4")["target_tokens"] > clock(out / "checkpoint-2")["target_tokens"]
+
+    with pytest.raises(ValueError, match=r"on 1 process\(es\): it was trained on 2.*--num_processes 2"):
+        run_training(replace(two, max_steps=5, resume=True))
+
+
+def test_a_run_resumed_on_one_process_refuses_two(corpus, tmp_path):
+    one = settings(corpus, tmp_path, max_steps=2, save_steps=2)
+    run_training(one)
+    assert run_training(settings(corpus, tmp_path, max_steps=3, save_steps=2, resume=True))["steps"] == 3
+    refused = launch(tmp_path, 2, settings(corpus, tmp_path, max_steps=4, save_steps=2, resume=True))
+    assert refused.returncode != 0
+    assert "Cannot resume" in refused.stderr and "on 2 process(es): it was trained on 1" in refused.stderr
+    assert not (tmp_path / "checkpoint-4").exists()
+
+
+def test_the_time_budget_and_tokens_per_second_cover_every_segment(corpus, tmp_path):
+    run_training(settings(corpus, tmp_path, max_steps=2, save_steps=2))
+    first = clock(tmp_path / "checkpoint-2")
+    assert first["seconds"] > 0 and first["target_tokens"] > 0
+    # As if the first segment had trained for an hour: a 30-minute budget is spent, so the resumed run stops
+    # after the one step it takes before it looks at the clock, far from its max_steps.
+    state_file = tmp_path / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["stateful_callbacks"]["TrainingClock"]["attributes"]["seconds"] = 3600.0
+    state_file.write_text(json.dumps(state))
+    results = run_training(
+        settings(corpus, tmp_path, max_steps=50, save_steps=50, max_minutes=30, resume=True)
+    )
+    assert results["steps"] == 3
+    total = clock(tmp_path / "checkpoint-3")
+    assert total["target_tokens"] > first["target_tokens"]
+    assert 3600 < results["train_seconds"] < 3600 + 60
+    assert results["target_tokens_per_second"] == round(total["target_tokens"] / results["train_seconds"], 1)
+
+
+def test_every_target_token_of_an_epoch_is_counted_with_a_data_loading_worker(corpus, tmp_path):
+    """The count happens in the training loop, so batches collated in a worker process count too."""
+    first = run_training(settings(corpus, tmp_path / "tokenizer", max_steps=1, max_tokens=256))
+    tokenizer = load_tokenizer(Path(first["model_dir"]))
+    dataset = tokenize_pairs(
+        load_parallel_data(str(corpus / "train"), None, src_lang="en", tgt_lang="de"), tokenizer, 256, 256
+    )
+    epoch = len(TokenBudgetBatchSampler.from_dataset(dataset, 256))
+    run = settings(
+        corpus, tmp_path / "run", tokenizer=first["model_dir"], max_steps=epoch, save_steps=epoch,
+        max_tokens=256, tokens_per_step=256, dataloader_workers=1,
+    )  # fmt: skip
+    run_training(run)
+    expected = sum(len(labels) for labels in dataset["labels"])
+    assert clock(tmp_path / "run" / f"checkpoint-{epoch}")["target_tokens"] == expected
+
+
+def test_refused_settings(corpus, tmp_path):
+    with pytest.raises(
+        ValueError, match=r"average_checkpoints \(4\) exceeds keep_checkpoints \(3\).*at least 4"
+    ):
+        run_training(settings(corpus, tmp_path / "a", average_checkpoints=4, keep_checkpoints=3))
+    with pytest.raises(ValueError, match="dataloader_workers must be 0"):
+        run_training(settings(corpus, tmp_path / "b", dataloader_workers=-1))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("preset", "processes", "layout"),
+    [("base", 1, (12_500, 2)), ("base", 2, (12_500, 1)), ("base", 3, (8334, 1)), ("base", 8, (3125, 1)),
+     ("big", 1, (12_500, 2)), ("cpu-demo", 1, (2048, 1))],
+)  # fmt: skip
+def test_every_step_holds_about_the_recipe_tokens(preset, processes, layout):
+    recipe = TRAINING_PRESETS[preset]
+    micro_batch, accumulation = training._batch_layout(recipe, processes)
+    assert (micro_batch, accumulation) == layout and micro_batch <= recipe.max_tokens
+    assert 0 <= micro_batch * accumulation * processes - recipe.tokens_per_step < processes * accumulation
+
+
+def test_half_precision_choice(monkeypatch, corpus, tmp_path):
+    base = TRAINING_PRESETS["base"]
+    run = settings(corpus, tmp_path)
+    monkeypatch.setattr(training, "_bf16_is_fast", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # A GPU without native bf16 (V100, T4): fp16 with loss scaling; an explicit --bf16 or --no-bf16 wins.
+    assert training._mixed_precision(run, base) == "fp16"
+    assert training._mixed_precision(replace(run, bf16=True), base) == "bf16"
+    assert training._mixed_precision(replace(run, bf16=False), base) == "no"
+    assert run.workers() == training.GPU_DATALOADER_WORKERS
+    monkeypatch.setattr(training, "_bf16_is_fast", lambda: True)
+    assert training._mixed_precision(run, base) == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(training, "_bf16_is_fast", lambda: False)
+    assert training._mixed_precision(run, base) == "no" and run.workers() == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_run_uses_half_precision_tf32_and_workers(corpus, tmp_path):
+    results = run_training(
+        settings(corpus, tmp_path, max_steps=2, preset="base", max_tokens=256, tokens_per_step=256)
+    )
+    native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    assert results["mixed_precision"] == ("bf16" if native_bf16 else "fp16")
+    assert torch.backends.cuda.matmul.allow_tf32 == (torch.cuda.get_device_capability()[0] >= 8)
+    assert clock(tmp_path / "checkpoint-2")["target_tokens"] > 0
