@@ -38,6 +38,7 @@ import jinja2.meta
 from huggingface_hub import CommitInfo, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import GenerationConfig
+from transformers.utils import logging
 
 from . import translation_pipeline
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
@@ -47,6 +48,8 @@ from .generation_vanilla_transformer import paper_generation_config
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from .tokenization import load_tokenizer
 from .translation_pipeline import find_target_tokenizer
+
+logger = logging.get_logger(__name__)
 
 RESULTS_FILE = "results.json"
 TRAINER_STATE_FILE = "trainer_state.json"
@@ -352,6 +355,7 @@ def stage_repo(
     if with_ctranslate2:
         # The export converts float32 weights; the model folder may hold others.
         exported = ExportSource(model.float(), tokenizer, find_target_tokenizer(model_dir), name=repo_id)
+        logger.info(f"Exporting {model_dir} for CTranslate2 into {CTRANSLATE2_DIR}/ of {repo_id}")
         export_ctranslate2(exported, folder / CTRANSLATE2_DIR, ctranslate2_quantization)
 
     card = render_model_card(
@@ -421,6 +425,7 @@ def push_model(
         )
         card.validate()
         api = HfApi(token=token)
+        logger.info(f"Uploading {model_dir} to {repo_id}@{revision or 'main'}")
         api.create_repo(repo_id, private=private, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)

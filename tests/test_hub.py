@@ -1,4 +1,5 @@
-"""scripts/push_to_hub.py and hf_vanilla_transformer.hub against the test Hub server (tests/hub_server.py).
+"""`vanilla-transformer push` (scripts/push_to_hub.py) and hf_vanilla_transformer.hub against the test Hub
+server (tests/hub_server.py).
 
 The server stands in for the real Hub. Clients read HF_ENDPOINT and the other Hub settings at import time,
 so every push and pull runs in a subprocess: the real CLI pushes, then separate interpreters load the
@@ -22,12 +23,16 @@ from hub_server import READ_TOKEN, WRITE_TOKEN, HubError, HubServer, hub_env, st
 from huggingface_hub import ModelCard, metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 from huggingface_hub.utils import HFValidationError
-from transformers import AutoConfig, GenerationConfig, pipeline
+from test_export import SENTENCES as REVERSE_SENTENCES
+from test_export import needs_ctranslate2, train_reverse_model
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, pipeline
 
 from hf_vanilla_transformer import VanillaTransformerConfig
+from hf_vanilla_transformer.engines import load_translator
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.hub import (
     CARD_TEMPLATE,
+    CTRANSLATE2_DIR,
     NOT_MEASURED,
     RunRecords,
     push_model,
@@ -627,3 +632,74 @@ def test_separate_vocabularies_translate_from_the_hub_with_the_target_tokenizer(
     }
     for remote, client in clients.items():
         assert [text.strip() for text in client_result(client)] == expected, f"remote code: {remote}"
+
+
+# Downloads the CTranslate2 export of a repo as the model card shows, and translates greedily with it, with
+# CTranslate2 alone and with the package's CTranslate2 engine.
+CTRANSLATE2_CLIENT = """
+    import json, sys
+    import ctranslate2
+    from huggingface_hub import snapshot_download
+    from transformers import AutoTokenizer
+    from hf_vanilla_transformer.engines import load_translator
+
+    args = json.loads(sys.argv[1])
+    folder = snapshot_download(args["repo"], allow_patterns="ctranslate2/*") + "/ctranslate2"
+    translator = ctranslate2.Translator(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(args["inputs"])["input_ids"]]
+    results = translator.translate_batch(sources, beam_size=1)
+    engine = load_translator(folder)
+    print(json.dumps({
+        "ids": [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results],
+        "engine": engine.engine,
+        "translations": engine.translate(args["inputs"], num_beams=1),
+    }))
+"""
+
+
+@needs_ctranslate2
+def test_push_with_ctranslate2_uploads_an_export_that_decodes_as_the_model(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    """`vanilla-transformer push --with-ctranslate2` on a trained tiny model: the repo's ctranslate2/ folder
+    loads in CTranslate2 and decodes greedily as the PyTorch model, and the card says how; a later push
+    without the export removes it, since it holds the earlier weights."""
+    model_dir = train_reverse_model(tmp_path / "model", "paper")
+    inputs = [sentence for sentence in REVERSE_SENTENCES if sentence][:8]
+    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    expected_ids = []
+    for sentence in inputs:
+        generated = model.generate(**tokenizer([sentence], return_tensors="pt"), num_beams=1)[0, 1:].tolist()
+        expected_ids.append(generated[:-1] if generated[-1] == tokenizer.eos_token_id else generated)
+    expected_translations = load_translator(model_dir).translate(inputs, num_beams=1)
+    # A model that writes one output for everything could not tell the engines apart.
+    assert len({tuple(ids) for ids in expected_ids}) > len(inputs) // 2
+
+    repo = "org/with-ctranslate2"
+    env = client_env(hub, tmp_path / "hf_home_push")
+    push = ["-m", "hf_vanilla_transformer", "push", "--model-dir", str(model_dir), "--repo-id", repo]
+    run_python(env, *push, "--with-ctranslate2")
+    commit = hub.storage.resolve(hub.storage.repo("model", repo), "main")
+    exported = {path for path in commit.files if path.startswith(f"{CTRANSLATE2_DIR}/")}
+    assert {
+        f"{CTRANSLATE2_DIR}/{name}" for name in ("model.bin", "config.json", "tokenizer.json")
+    } <= exported
+    card = ModelCard(repo_file(hub, commit, "README.md").decode())
+    assert "### With CTranslate2" in card.text and "(float32 weights)" in card.text
+    assert f'snapshot_download("{repo}", allow_patterns="{CTRANSLATE2_DIR}/*")' in card.text
+    assert "translate --model FOLDER --engine ctranslate2" in card.text
+
+    client = start_client(
+        client_env(hub, tmp_path / "hf_home_client"), CTRANSLATE2_CLIENT, repo=repo, inputs=inputs
+    )
+    result = client_result(client)
+    assert result["ids"] == expected_ids
+    assert result["engine"] == "ctranslate2"
+    assert result["translations"] == expected_translations
+
+    run_python(env, *push)
+    commit = hub.storage.resolve(hub.storage.repo("model", repo), "main")
+    assert not [path for path in commit.files if path.startswith(f"{CTRANSLATE2_DIR}/")]
+    assert "CTranslate2" not in repo_file(hub, commit, "README.md").decode()

@@ -1,4 +1,5 @@
-"""The built wheel carries the files the library opens by default (model card templates, chatbot corpus).
+"""The built wheel carries the files the library opens by default (model card templates, chatbot corpus) and
+the `vanilla-transformer` command.
 
 A checkout or an editable install finds them whatever the packaging says; an installed wheel only has what
 `pyproject.toml` puts into it. So the wheel is built, unpacked on its own, and asked for those files.
@@ -61,3 +62,15 @@ def test_installed_wheel_finds_its_model_cards_and_chatbot_corpus(unpacked_wheel
         REPO_ROOT / "data" / "chatbot_ko" / "LICENSE"
     ).read_bytes()
     assert found["pairs"] > 11_000
+
+
+def test_installed_wheel_has_the_vanilla_transformer_command(unpacked_wheel: Path) -> None:
+    command = unpacked_wheel / "bin" / "vanilla-transformer"
+    assert command.is_file()
+    env = {"PYTHONPATH": str(unpacked_wheel), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    for args in (["--help"], ["translate", "--help"]):
+        result = subprocess.run(
+            [sys.executable, str(command), *args], env=env, capture_output=True, text=True, cwd=unpacked_wheel
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(f"usage: {' '.join(['vanilla-transformer', *args[:-1]])} ")

@@ -48,8 +48,10 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int | None:
     """Run `vanilla-transformer ARGV`; returns the subcommand's exit status (None: success)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] not in COMMANDS:
-        # --help, or a one-line error naming the missing or unknown command: parse_args exits either way.
+    if not argv:
+        build_parser().error(f"give a command, one of {', '.join(COMMANDS)} (--help says what each does).")
+    if argv[0] not in COMMANDS:
+        # --help, or a one-line error naming the unknown command: parse_args exits either way.
         build_parser().parse_args(argv)
     module = command_module(argv[0])
     parser = module.build_parser(prog=f"{PROG} {argv[0]}")

@@ -216,6 +216,11 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 def training_settings(args: argparse.Namespace, parser: ArgumentParser) -> TrainingSettings:
     """The run that parsed `args` ask for, or a one-line error for settings no run could use."""
+    if args.train == DEFAULT_TRAIN and not MULTI30K.is_dir():
+        parser.error(
+            f"--train: the default, the repository's Multi30k, is not at {MULTI30K} (an installed package "
+            "has no data/ folder); give --train, or run from a checkout."
+        )
     if args.report_to not in ("none", "all") and args.report_to not in installed_trackers():
         parser.error(
             f"--report-to {args.report_to}: its package is not installed; install it (e.g. pip install "
