@@ -151,51 +151,6 @@ class TrainingSettings:
         return self.dataloader_workers
 
 
-class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
-    """Seq2SeqTrainer whose training batches hold about `max_tokens` source and target tokens each
-    (Section 5.1) instead of a fixed number of sentences; every process gets its own share. The target
-    tokens trained on are counted on `clock` as the batches reach the training loop, so data-loading
-    workers may collate them."""
-
-    def __init__(self, *args, max_tokens: int, clock: "TrainingClock", **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.max_tokens = max_tokens
-        self.clock = clock
-
-    def get_train_dataloader(self) -> DataLoader:
-        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        sampler = TokenBudgetBatchSampler.from_dataset(
-            dataset,
-            self.max_tokens,
-            seed=self.args.seed,
-            num_replicas=self.args.world_size,
-            rank=self.args.process_index,
-        )
-        workers = self.args.dataloader_num_workers
-        loader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=workers,
-            pin_memory=self.args.dataloader_pin_memory,
-            persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor,
-            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
-        )
-        loader = self.accelerator.prepare(loader)
-        # The sampler shards by process itself; accelerate must not shard its batches a second time.
-        bypass_accelerate_sharding(loader, sampler)
-        return loader
-
-    def get_batch_samples(
-        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
-    ) -> tuple[list, torch.Tensor | int | None]:
-        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        for batch in batch_samples:
-            self.clock.count_targets(batch["labels"])
-        return batch_samples, num_items_in_batch
-
-
 class TrainingClock(TrainerCallback, ExportableState):
     """Measures the run across resumes: its wall time in training (`seconds`, dev evaluations included), the
     part of it spent on dev evaluations (`eval_seconds`) and the target tokens trained on, over all
@@ -212,8 +167,8 @@ class TrainingClock(TrainerCallback, ExportableState):
         self.seconds = 0.0
         self.eval_seconds = 0.0
         self.target_tokens = 0
+        # While training: when this segment of the run began; `seconds` then holds the segments before it.
         self._segment_started: float | None = None
-        self._seconds_before = 0.0
         # This process's target tokens since the last sum over processes, on the device, so that counting
         # does not wait for the GPU.
         self._uncounted: torch.Tensor | int = 0
@@ -233,12 +188,12 @@ class TrainingClock(TrainerCallback, ExportableState):
         """Seconds of training so far, over every segment of the run."""
         if self._segment_started is None:
             return self.seconds
-        return self._seconds_before + time.monotonic() - self._segment_started
+        return self.seconds + time.monotonic() - self._segment_started
 
     @property
     def train_seconds(self) -> float:
         """Seconds of training without the dev evaluations, over every segment of the run."""
-        return self.seconds - self.eval_seconds
+        return self.elapsed() - self.eval_seconds
 
     def count_targets(self, labels: torch.Tensor) -> None:
         self._uncounted = self._uncounted + labels.ne(-100).sum()
@@ -249,7 +204,7 @@ class TrainingClock(TrainerCallback, ExportableState):
         saved = state.stateful_callbacks.setdefault(type(self).__name__, self.state())["attributes"]
         self.seconds, self.eval_seconds = saved["seconds"], saved["eval_seconds"]
         self.target_tokens = saved["target_tokens"]
-        self._seconds_before, self._segment_started = self.seconds, time.monotonic()
+        self._segment_started = time.monotonic()
         if self._budget_spent() and state.is_world_process_zero:
             logger.warning(
                 f"The run has trained for {self.seconds / 60:.1f} minutes already, its whole --max-minutes "
@@ -295,6 +250,51 @@ class DevLossCallback(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
         if state.is_world_process_zero and metrics and "eval_loss" in metrics:
             logger.info(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}")
+
+
+class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer whose training batches hold about `max_tokens` source and target tokens each
+    (Section 5.1) instead of a fixed number of sentences; every process gets its own share. The target
+    tokens trained on are counted on `clock` as the batches reach the training loop, so data-loading
+    workers may collate them."""
+
+    def __init__(self, *args, max_tokens: int, clock: TrainingClock, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_tokens = max_tokens
+        self.clock = clock
+
+    def get_train_dataloader(self) -> DataLoader:
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        sampler = TokenBudgetBatchSampler.from_dataset(
+            dataset,
+            self.max_tokens,
+            seed=self.args.seed,
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+        )
+        workers = self.args.dataloader_num_workers
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory,
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor,
+            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
+        )
+        loader = self.accelerator.prepare(loader)
+        # The sampler shards by process itself; accelerate must not shard its batches a second time.
+        bypass_accelerate_sharding(loader, sampler)
+        return loader
+
+    def get_batch_samples(
+        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
+    ) -> tuple[list, torch.Tensor | int | None]:
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        for batch in batch_samples:
+            self.clock.count_targets(batch["labels"])
+        return batch_samples, num_items_in_batch
 
 
 def _bf16_is_fast() -> bool:

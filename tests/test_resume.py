@@ -92,6 +92,17 @@ def test_a_run_resumed_on_one_process_refuses_two(corpus, tmp_path):
     assert not (tmp_path / "checkpoint-4").exists()
 
 
+def test_recipes_recorded_without_the_number_of_processes_resume_on_any(corpus, tmp_path):
+    run = settings(corpus, tmp_path)
+    record = training._recipe_record(run, run.recipe(), world_size=2)
+    (tmp_path / training.RECIPE_FILE).write_text(json.dumps({**record, "world_size": 1}))
+    with pytest.raises(ValueError, match="it was trained on 1"):
+        training._check_same_recipe(tmp_path, record)
+    del record["world_size"]
+    (tmp_path / training.RECIPE_FILE).write_text(json.dumps(record))
+    training._check_same_recipe(tmp_path, training._recipe_record(run, run.recipe(), world_size=2))
+
+
 def test_the_time_budget_and_tokens_per_second_cover_every_segment(corpus, tmp_path):
     run_training(settings(corpus, tmp_path, max_steps=2, save_steps=2))
     first = clock(tmp_path / "checkpoint-2")

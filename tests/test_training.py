@@ -202,7 +202,7 @@ def test_bad_input_gets_clear_errors(corpus, tmp_path):
     with pytest.raises(ValueError, match="3.*2|2.*3"):
         run_training(settings(corpus, tmp_path / "e", train=str(mismatched)))
     with pytest.raises(ValueError, match="language"):
-        run_training(settings(corpus, tmp_path / "f", src_lang="english"))
+        run_training(settings(corpus, tmp_path / "f", src_lang="en/de"))
     with pytest.raises(ValueError, match=r"\['pad_token_id'\] are set by the run"):
         run_training(settings(corpus, tmp_path / "g", model_overrides={"d_model": 32, "pad_token_id": 5}))
 
