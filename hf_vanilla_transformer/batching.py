@@ -100,12 +100,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     ) -> TokenBudgetBatchSampler:
         """Build the sampler from a tokenized ``datasets.Dataset`` (e.g. the output of ``tokenize_pairs``).
 
-        Lengths are read with Arrow, without decoding the rows, so this is fast on millions of pairs.
+        The lengths are the offsets of the Arrow list columns, read into numpy arrays without decoding a row
+        or copying a token, so this takes seconds and two integers per pair on millions of pairs.
         """
-        arrow = dataset.with_format("arrow")
-        src_lengths = pc.list_value_length(arrow[source_column]).to_pylist()
-        tgt_lengths = pc.list_value_length(arrow[target_column]).to_pylist()
-        return cls(src_lengths, tgt_lengths, max_tokens, **kwargs)
+        return cls(
+            _list_lengths(dataset, source_column), _list_lengths(dataset, target_column), max_tokens, **kwargs
+        )
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose shuffle to use; every process must pass the same value."""
@@ -116,14 +116,14 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         if not self.shuffle:
-            yield from self._build_batches(None)[self.rank :: self.num_replicas]
+            yield from (batch.tolist() for batch in self._build_batches(None)[self.rank :: self.num_replicas])
             return
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         batches = self._build_batches(generator)
         order = torch.randperm(len(batches), generator=generator).tolist()
-        yield from (batches[i] for i in order[self.rank :: self.num_replicas])
+        yield from (batches[i].tolist() for i in order[self.rank :: self.num_replicas])
 
-    def _build_batches(self, generator: torch.Generator | None) -> list[list[int]]:
+    def _build_batches(self, generator: torch.Generator | None) -> list[np.ndarray]:
         """All batches of the epoch for every process, in length order; ``generator`` shuffles ties."""
         count = len(self.src_lengths)
         order = np.arange(count) if generator is None else torch.randperm(count, generator=generator).numpy()
@@ -131,25 +131,21 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         order = order[np.argsort(self.tgt_lengths[order], kind="stable")]
         order = order[np.argsort(self.src_lengths[order], kind="stable")]
 
-        batches: list[list[int]] = []
-        batch: list[int] = []
+        # Greedy packing is sequential, so it runs in Python, but only over lengths: the batches themselves
+        # are slices of ``order`` (numpy, not millions of Python ints).
+        starts = [0]
         src_max = tgt_max = 0
-        rows = zip(
-            order.tolist(), self.src_lengths[order].tolist(), self.tgt_lengths[order].tolist(), strict=True
-        )
-        for index, src_len, tgt_len in rows:
-            new_src_max, new_tgt_max = max(src_max, src_len), max(tgt_max, tgt_len)
-            size = len(batch) + 1
-            if batch and (size * new_src_max > self.max_tokens or size * new_tgt_max > self.max_tokens):
-                batches.append(batch)
-                batch = []
-                new_src_max, new_tgt_max = src_len, tgt_len
-            batch.append(index)
-            src_max, tgt_max = new_src_max, new_tgt_max
-        batches.append(batch)
+        rows = zip(self.src_lengths[order].tolist(), self.tgt_lengths[order].tolist(), strict=True)
+        for position, (src_len, tgt_len) in enumerate(rows):
+            src_max, tgt_max = max(src_max, src_len), max(tgt_max, tgt_len)
+            size = position - starts[-1] + 1
+            if size > 1 and (size * src_max > self.max_tokens or size * tgt_max > self.max_tokens):
+                starts.append(position)
+                src_max, tgt_max = src_len, tgt_len
+        batches = np.split(order, starts[1:])
         return self._split_to_multiple_of_replicas(batches)
 
-    def _split_to_multiple_of_replicas(self, batches: list[list[int]]) -> list[list[int]]:
+    def _split_to_multiple_of_replicas(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         """Halve the fullest batches until every replica gets the same number of batches."""
         missing = -len(batches) % self.num_replicas
         if missing == 0:
@@ -171,6 +167,19 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             heapq.heappush(heap, (-half, (*key, 0), batch[:half]))
             heapq.heappush(heap, (-(len(batch) - half), (*key, 1), batch[half:]))
         return [batch for _, _, batch in sorted(heap, key=lambda item: item[1])]
+
+
+def _list_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
+    """Length of every row of the list column ``column``, in the dataset's row order."""
+    if column not in dataset.column_names:
+        raise ValueError(
+            f"The dataset has no column {column!r} (it has {dataset.column_names}); tokenize it first, e.g. "
+            "with tokenize_pairs, or name the token columns."
+        )
+    lengths = pc.list_value_length(dataset.data.column(column)).to_numpy()
+    # select/shuffle/filter leave the table as it is and add a mapping from rows to table rows.
+    mapping = dataset._indices
+    return lengths if mapping is None else lengths[mapping.column(0).to_numpy()]
 
 
 def bypass_accelerate_sharding(dataloader: DataLoader, sampler: TokenBudgetBatchSampler) -> None:

@@ -1,36 +1,77 @@
 """Reading and tokenizing parallel data (Vaswani et al., 2017, Section 5.1: WMT 2014 English-German and
 English-French sentence pairs).
 
-Every reader returns a ``datasets.Dataset`` with two string columns, ``src`` and ``tgt``: that is what
-``Dataset.map`` tokenizes (in parallel, cached) and what ``Seq2SeqTrainer`` consumes. Pairs with an empty side
-are dropped with a printed count; nothing is dropped silently.
+Every reader returns a ``datasets.Dataset`` with two string columns, ``src`` and ``tgt``, backed by a
+memory-mapped Arrow file: a corpus the size of WMT 2014 costs disk space, not process memory, and every
+process of a multi-GPU run shares the same pages. Local files (two line-aligned text files, TSV or JSON
+Lines, each optionally gzip-compressed as ``*.gz``) are converted once, streamed in chunks, into
+``<HF_DATASETS_CACHE>/parallel_pairs/<fingerprint>/``; the fingerprint covers the paths, sizes and
+modification times of the files and the reading options, so a later call reads the cached file instead.
+Pairs with an empty side are dropped with a printed count (on every call, the count being cached too).
+
+``tokenize_pairs`` tokenizes with ``Dataset.map``: batched, in ``num_proc`` processes for large corpora,
+cached next to the input's Arrow file, with token ids stored as int32. Both functions run on the main
+process first (``accelerate.PartialState.main_process_first``), so under ``accelerate launch`` / ``torchrun``
+one process prepares the data and the others read its cache.
 
 Text files are split on "\\n" only (a trailing "\\r" is removed): ``str.splitlines`` would also split on
 U+2028, U+0085 and form feeds, which occur inside WMT sentences and would misalign the two sides.
 """
 
+import gzip
+import itertools
 import json
+import os
 import re
+import shutil
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import datasets
 import pyarrow.compute as pc
+from accelerate import PartialState
+from datasets.arrow_writer import ArrowWriter
+from datasets.fingerprint import Hasher
 from transformers import PreTrainedTokenizerBase
 
-# ISO 639-1/639-3 language, optionally an ISO 3166 region: "en", "haw", "pt_BR".
-_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(_[A-Z]{2})?")
+# Letters and digits, in parts joined by "_" or "-": "en", "pt_BR", "eng_Latn", "zh-Hans". The code becomes a
+# file suffix ("train.eng_Latn"), so dots, slashes and spaces are refused.
+_LANGUAGE_CODE = re.compile(r"[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)*")
+
+_PAIR_FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
+# Lines read and written per Arrow record batch: large enough to amortize Python overhead, small enough to
+# keep memory flat.
+_CHUNK_LINES = 10_000
+# Part of every cache fingerprint: changing how files are read must change this, or old caches are reused.
+_READER_VERSION = "1"
+_PAIRS_FILE = "pairs.arrow"
+_STATS_FILE = "stats.json"
+
+# Tokenization is parallelized from this many pairs on; below it, starting the processes costs more.
+_PARALLEL_MIN_PAIRS = 100_000
+_TOKENIZED_FEATURES = {
+    # Vocabularies are far below 2**31; int32 halves the cache and the pages each process maps.
+    "input_ids": datasets.List(datasets.Value("int32")),
+    "attention_mask": datasets.List(datasets.Value("int8")),
+    "labels": datasets.List(datasets.Value("int32")),
+}
+_TRUNCATED = "_truncated"
+
+LinesChunk = tuple[int, list[str]]
+PairsChunk = tuple[list[str], list[str]]
 
 
 def validate_language_code(code: str) -> str:
-    """Check a language code such as Section 5.1's ``en``/``de``/``fr``: 2-3 lowercase letters, optionally
-    ``_`` and a 2-letter region (``pt_BR``)."""
+    """Check a language code such as Section 5.1's ``en``/``de``/``fr``, or ``pt_BR``, ``eng_Latn``,
+    ``zh-Hans``: letters and digits, in parts joined by ``_`` or ``-`` (it is used as a file suffix)."""
     if not isinstance(code, str) or not _LANGUAGE_CODE.fullmatch(code):
         raise ValueError(
-            f"Invalid language code {code!r}: expected 2-3 lowercase letters, optionally followed by '_' and "
-            "an uppercase region, e.g. 'en', 'de' or 'pt_BR'."
+            f"Invalid language code {code!r}: use letters and digits, in parts joined by '_' or '-' (it is "
+            "used as a file suffix), e.g. 'en', 'pt_BR', 'eng_Latn' or 'zh-Hans'."
         )
     return code
 
@@ -39,70 +80,140 @@ def _report(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, line without its line ending) of a UTF-8 text file."""
+def _main_process_first() -> AbstractContextManager:
+    """Run the block on the main process, then on the others, which then find its cache."""
+    return PartialState().main_process_first()
+
+
+def _check_file(path: Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"Data file {path} does not exist; check the path.")
-    if path.stat().st_size == 0:
-        raise ValueError(f"Data file {path} is empty; it must hold one sentence (pair) per line.")
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _read_lines(path: Path) -> Iterator[LinesChunk]:
+    """Yield (1-based number of the first line, lines) chunks of a UTF-8 text file, gzip-compressed if its
+    name ends in ``.gz``; lines lose their "\n" and the first line its byte-order mark."""
+    _check_file(path)
+    count = 0
     # Binary iteration splits on b"\n" only (see the module docstring).
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+    with _open_binary(path) as handle:
+        while raw := list(itertools.islice(handle, _CHUNK_LINES)):
+            joined = b"".join(raw)
             try:
-                line = raw.decode("utf-8")
+                text = joined.decode("utf-8")
             except UnicodeDecodeError as error:
+                number = count + 1 + joined.count(b"\n", 0, error.start)
                 raise ValueError(
-                    f"{path}, line {number}: not valid UTF-8 ({error}); re-encode the file."
+                    f"{path}, line {number}: not valid UTF-8 ({error.reason}); re-encode the file."
                 ) from None
-            if number == 1:
+            lines = text.split("\n")
+            if raw[-1].endswith(b"\n"):
+                lines.pop()
+            if count == 0:
                 # Editors on Windows often start UTF-8 files with a byte-order mark; strip() keeps it.
-                line = line.removeprefix("\ufeff")
-            yield number, line.rstrip("\n").rstrip("\r")
+                lines[0] = lines[0].removeprefix("\ufeff")
+            yield count + 1, lines
+            count += len(lines)
+    if count == 0:
+        raise ValueError(f"Data file {path} is empty; it must hold one sentence (pair) per line.")
 
 
-def _pairs_to_dataset(sources: list[str], targets: list[str], origin: str) -> datasets.Dataset:
-    """Strip whitespace, drop pairs with an empty side (reporting how many) and build the dataset."""
-    kept_sources, kept_targets = [], []
-    for source, target in zip(sources, targets, strict=True):
-        source, target = source.strip(), target.strip()
-        if source and target:
-            kept_sources.append(source)
-            kept_targets.append(target)
-    dropped = len(sources) - len(kept_sources)
-    if dropped:
-        _report(f"Dropped {dropped} of {len(sources)} pairs from {origin}: empty source or target line.")
-    if not kept_sources:
+def _cached_pairs(
+    files: list[Path], options: dict, read: Callable[[], Iterator[PairsChunk]], cache_dir: str | Path | None
+) -> datasets.Dataset:
+    """The pairs that ``read`` yields for ``files``, stripped, without pairs with an empty side, as a
+    memory-mapped dataset; written once to a cache directory named by the files' fingerprint."""
+    for path in files:
+        _check_file(path)
+    origin = " / ".join(str(path) for path in files)
+    identity = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files]
+    fingerprint = Hasher.hash([_READER_VERSION, identity, options])
+    root = Path(cache_dir if cache_dir is not None else datasets.config.HF_DATASETS_CACHE) / "parallel_pairs"
+    directory = root / fingerprint
+    if not (directory / _STATS_FILE).is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        # Written aside and renamed into place, so that an interrupted run leaves no half-written cache.
+        staging = Path(tempfile.mkdtemp(prefix=f"{fingerprint}.incomplete-", dir=root))
+        try:
+            read_count = 0
+            with ArrowWriter(features=_PAIR_FEATURES, path=str(staging / _PAIRS_FILE)) as writer:
+                for sources, targets in read():
+                    read_count += len(sources)
+                    pairs = [(s.strip(), t.strip()) for s, t in zip(sources, targets, strict=True)]
+                    kept = [pair for pair in pairs if pair[0] and pair[1]]
+                    writer.write_batch({"src": [s for s, _ in kept], "tgt": [t for _, t in kept]})
+                kept_count, _ = writer.finalize()
+            (staging / _STATS_FILE).write_text(json.dumps({"read": read_count, "kept": kept_count}))
+            try:
+                staging.rename(directory)
+            except OSError:
+                if not (directory / _STATS_FILE).is_file():
+                    raise
+                # Another process wrote the same cache in the meantime; its copy is identical.
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    counts = json.loads((directory / _STATS_FILE).read_text())
+    if counts["kept"] == 0:
         raise ValueError(f"{origin} contains no sentence pair with both sides non-empty.")
-    return datasets.Dataset.from_dict({"src": kept_sources, "tgt": kept_targets})
-
-
-def read_text_pair(src_path: str | Path, tgt_path: str | Path) -> datasets.Dataset:
-    """Read two line-aligned plain-text files, one sentence per line (the WMT format of Section 5.1)."""
-    src_path, tgt_path = Path(src_path), Path(tgt_path)
-    sources = [line for _, line in _read_lines(src_path)]
-    targets = [line for _, line in _read_lines(tgt_path)]
-    if len(sources) != len(targets):
-        raise ValueError(
-            f"The parallel files are not line-aligned: {src_path} has {len(sources)} lines but {tgt_path} "
-            f"has {len(targets)}. Each line of one file must translate the same line of the other."
+    if counts["kept"] < counts["read"]:
+        _report(
+            f"Dropped {counts['read'] - counts['kept']} of {counts['read']} pairs from {origin}: empty "
+            "source or target line."
         )
-    return _pairs_to_dataset(sources, targets, f"{src_path} / {tgt_path}")
+    return datasets.Dataset.from_file(str(directory / _PAIRS_FILE))
 
 
-def read_tsv(path: str | Path) -> datasets.Dataset:
-    """Read a TSV file with one ``source<TAB>target`` sentence pair (Section 5.1) per line."""
-    path = Path(path)
-    sources, targets = [], []
-    for number, line in _read_lines(path):
-        fields = line.split("\t")
-        if len(fields) != 2:
+def read_text_pair(
+    src_path: str | Path, tgt_path: str | Path, *, cache_dir: str | Path | None = None
+) -> datasets.Dataset:
+    """Read two line-aligned plain-text files, one sentence per line (the WMT format of Section 5.1), either
+    of them gzip-compressed if its name ends in ``.gz``.
+
+    ``cache_dir`` holds the converted Arrow file; by default the ``datasets`` cache (``HF_DATASETS_CACHE``).
+    """
+    src_path, tgt_path = Path(src_path), Path(tgt_path)
+
+    def read() -> Iterator[PairsChunk]:
+        src_count = tgt_count = 0
+        # Chunks hold the same number of lines, so they stay aligned until the shorter file ends; the longer
+        # one is then read to the end only to count its lines for the error.
+        for src_chunk, tgt_chunk in itertools.zip_longest(
+            _read_lines(src_path), _read_lines(tgt_path), fillvalue=(0, [])
+        ):
+            src_count += len(src_chunk[1])
+            tgt_count += len(tgt_chunk[1])
+            if src_count == tgt_count:
+                yield src_chunk[1], tgt_chunk[1]
+        if src_count != tgt_count:
             raise ValueError(
-                f"{path}, line {number}: expected 2 tab-separated fields (source, target), found "
-                f"{len(fields)}. Remove extra tabs or columns."
+                f"The parallel files are not line-aligned: {src_path} has {src_count} lines but {tgt_path} "
+                f"has {tgt_count}. Each line of one file must translate the same line of the other."
             )
-        sources.append(fields[0])
-        targets.append(fields[1])
-    return _pairs_to_dataset(sources, targets, str(path))
+
+    return _cached_pairs([src_path, tgt_path], {"format": "text"}, read, cache_dir)
+
+
+def read_tsv(path: str | Path, *, cache_dir: str | Path | None = None) -> datasets.Dataset:
+    """Read a TSV file (gzip-compressed if named ``*.gz``) with one ``source<TAB>target`` sentence pair
+    (Section 5.1) per line. ``cache_dir``: see ``read_text_pair``."""
+    path = Path(path)
+
+    def read() -> Iterator[PairsChunk]:
+        for first, lines in _read_lines(path):
+            rows = [line.split("\t") for line in lines]
+            for offset, fields in enumerate(rows):
+                if len(fields) != 2:
+                    raise ValueError(
+                        f"{path}, line {first + offset}: expected 2 tab-separated fields (source, target), "
+                        f"found {len(fields)}. Remove extra tabs or columns."
+                    )
+            yield [fields[0] for fields in rows], [fields[1] for fields in rows]
+
+    return _cached_pairs([path], {"format": "tsv"}, read, cache_dir)
 
 
 def read_jsonl(
@@ -111,23 +222,24 @@ def read_jsonl(
     tgt_key: str = "tgt",
     src_lang: str | None = None,
     tgt_lang: str | None = None,
+    *,
+    cache_dir: str | Path | None = None,
 ) -> datasets.Dataset:
-    """Read sentence pairs (Section 5.1) from JSON Lines, one object per line.
+    """Read sentence pairs (Section 5.1) from JSON Lines (gzip-compressed if named ``*.gz``), one object per
+    line.
 
     Objects are ``{src_key: ..., tgt_key: ...}`` or, when both languages are given, may use the ``datasets``
-    translation layout ``{"translation": {"en": ..., "de": ...}}``.
+    translation layout ``{"translation": {"en": ..., "de": ...}}``. ``cache_dir``: see ``read_text_pair``.
     """
     path = Path(path)
     use_translation = src_lang is not None and tgt_lang is not None
     if use_translation:
         validate_language_code(src_lang)
         validate_language_code(tgt_lang)
-    sources, targets = [], []
-    for number, line in _read_lines(path):
+
+    def parse(number: int, line: str) -> tuple[str, str]:
         if not line.strip():
-            sources.append("")
-            targets.append("")
-            continue
+            return "", ""
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
@@ -153,9 +265,15 @@ def read_jsonl(
                     f"{path}, line {number}: {where} {key!r} holds {type(record[key]).__name__}, "
                     "not a string."
                 )
-        sources.append(record[keys[0]])
-        targets.append(record[keys[1]])
-    return _pairs_to_dataset(sources, targets, str(path))
+        return record[keys[0]], record[keys[1]]
+
+    def read() -> Iterator[PairsChunk]:
+        for first, lines in _read_lines(path):
+            pairs = [parse(number, line) for number, line in enumerate(lines, start=first)]
+            yield [source for source, _ in pairs], [target for _, target in pairs]
+
+    options = {"format": "jsonl", "keys": [src_key, tgt_key], "languages": [src_lang, tgt_lang]}
+    return _cached_pairs([path], options, read, cache_dir)
 
 
 def load_hub_pairs(
@@ -229,6 +347,7 @@ def load_parallel_data(
     tgt_key: str = "tgt",
     config: str | None = None,
     split: str = "train",
+    cache_dir: str | Path | None = None,
 ) -> datasets.Dataset:
     """Read the parallel data of Section 5.1 from whatever ``source`` names, as ``src``/``tgt`` columns.
 
@@ -237,36 +356,54 @@ def load_parallel_data(
     - ``source`` a prefix such that ``{source}.{src_lang}`` and ``{source}.{tgt_lang}`` exist
       (``data/multi30k/train`` with ``en``/``de``): those two text files;
     - otherwise, with ``config``: a ``datasets`` name such as ``wmt14`` with config ``de-en``.
+
+    Every file may be gzip-compressed with ``.gz`` appended to its name (``train.en.gz``, ``pairs.tsv.gz``).
+    Local files are converted once into ``cache_dir`` (see ``read_text_pair``); with several processes, the
+    main process reads first and the others load its cache.
     """
     for language in (src_lang, tgt_lang):
         if language is not None:
             validate_language_code(language)
-    if target is not None:
-        return read_text_pair(source, target)
-    path = Path(source)
-    if path.is_file():
-        if path.suffix == ".tsv":
-            return read_tsv(path)
-        if path.suffix == ".jsonl":
-            return read_jsonl(path, src_key, tgt_key, src_lang, tgt_lang)
-        raise ValueError(
-            f"{path} is a single file but neither .tsv nor .jsonl; for plain text pass the target-side file "
-            "too, or a prefix P such that P.<src_lang> and P.<tgt_lang> exist."
-        )
-    if src_lang is not None and tgt_lang is not None:
-        src_file, tgt_file = Path(f"{source}.{src_lang}"), Path(f"{source}.{tgt_lang}")
-        if src_file.is_file() or tgt_file.is_file():
-            return read_text_pair(src_file, tgt_file)
-    if config is not None:
-        if src_lang is None or tgt_lang is None:
-            raise ValueError(f"Loading {source} ({config}) needs both src_lang and tgt_lang.")
-        return load_hub_pairs(str(source), config, src_lang, tgt_lang, split)
+    with _main_process_first():
+        if target is not None:
+            return read_text_pair(source, target, cache_dir=cache_dir)
+        path = Path(source)
+        if path.is_file():
+            suffix = Path(path.name.removesuffix(".gz")).suffix
+            if suffix == ".tsv":
+                return read_tsv(path, cache_dir=cache_dir)
+            if suffix == ".jsonl":
+                return read_jsonl(path, src_key, tgt_key, src_lang, tgt_lang, cache_dir=cache_dir)
+            raise ValueError(
+                f"{path} is a single file but neither .tsv nor .jsonl (optionally .gz); for plain text pass "
+                "the target-side file too, or a prefix P such that P.<src_lang> and P.<tgt_lang> exist."
+            )
+        if src_lang is not None and tgt_lang is not None:
+            src_file, tgt_file = (
+                _plain_or_gzip(Path(f"{source}.{language}")) for language in (src_lang, tgt_lang)
+            )
+            if src_file.is_file() or tgt_file.is_file():
+                return read_text_pair(src_file, tgt_file, cache_dir=cache_dir)
+        if config is not None:
+            if src_lang is None or tgt_lang is None:
+                raise ValueError(f"Loading {source} ({config}) needs both src_lang and tgt_lang.")
+            return load_hub_pairs(str(source), config, src_lang, tgt_lang, split)
     raise FileNotFoundError(
         f"{source} is not a file"
         + (f", nor are {source}.{src_lang} / {source}.{tgt_lang}" if src_lang and tgt_lang else "")
-        + ". Pass an existing .tsv/.jsonl file, two text files, a prefix with both languages, or a datasets "
-        "name with its config (e.g. wmt14 with config de-en)."
+        + " (or their .gz). Pass an existing .tsv/.jsonl file, two text files, a prefix with both languages, "
+        "or a datasets name with its config (e.g. wmt14 with config de-en)."
     )
+
+
+def _plain_or_gzip(path: Path) -> Path:
+    """``path``, or its gzip-compressed ``path.gz`` when only that exists."""
+    compressed = path.with_name(f"{path.name}.gz")
+    return compressed if not path.is_file() and compressed.is_file() else path
+
+
+def _default_num_proc(pairs: int) -> int:
+    return min(4, os.cpu_count() or 1) if pairs >= _PARALLEL_MIN_PAIRS else 1
 
 
 def tokenize_pairs(
@@ -282,7 +419,13 @@ def tokenize_pairs(
     Lengths include the ``</s>`` that the tokenizer's post-processor appends. Pairs longer than the limits
     are dropped (``long_pairs="filter"``) or cut to the limits keeping the final ``</s>``
     (``"truncate"``); either way their number is printed. The text columns are removed, so the result can
-    go straight to ``DataCollatorForSeq2Seq`` and ``TokenBudgetBatchSampler.from_dataset``.
+    go straight to ``DataCollatorForSeq2Seq`` (which pads into int64 tensors) and
+    ``TokenBudgetBatchSampler.from_dataset``. Ids are stored as int32 and the mask as int8.
+
+    ``Dataset.map`` runs batched in ``num_proc`` processes (default: up to 4 from 100,000 pairs on, else 1)
+    and, for a dataset backed by Arrow files (``load_parallel_data``), caches its result next to them: the
+    same dataset, tokenizer and settings are tokenized once, on the main process first when there are
+    several (later calls read the cache whatever their ``num_proc``).
     """
     if long_pairs not in ("filter", "truncate"):
         raise ValueError(f"long_pairs must be 'filter' or 'truncate', got {long_pairs!r}.")
@@ -291,12 +434,17 @@ def tokenize_pairs(
             f"max_source_length and max_target_length must be positive, got {max_source_length} and "
             f"{max_target_length}."
         )
+    if num_proc is not None and num_proc < 1:
+        raise ValueError(
+            f"num_proc must be a positive number of processes or None (automatic), got {num_proc}."
+        )
     missing = {"src", "tgt"} - set(dataset.column_names)
     if missing:
         raise ValueError(
             f"The dataset lacks column(s) {sorted(missing)} (it has {dataset.column_names}); build it with "
             "load_parallel_data or name the columns 'src' and 'tgt'."
         )
+    truncate = long_pairs == "truncate"
 
     def encode(batch: dict[str, list[str]]) -> dict[str, list]:
         source = tokenizer(batch["src"])
@@ -305,38 +453,48 @@ def tokenize_pairs(
             len(src_ids) > max_source_length or len(tgt_ids) > max_target_length
             for src_ids, tgt_ids in zip(source["input_ids"], target, strict=True)
         ]
-        if long_pairs == "truncate" and any(too_long):
+        if truncate and any(too_long):
             # The tokenizer truncates before its post-processor adds </s>, so the cut keeps the end token.
             source = tokenizer(batch["src"], truncation=True, max_length=max_source_length)
             target = tokenizer(text_target=batch["tgt"], truncation=True, max_length=max_target_length)[
                 "input_ids"
             ]
-        return {
+        columns = {
             "input_ids": source["input_ids"],
             "attention_mask": source["attention_mask"],
             "labels": target,
-            "_too_long": too_long,
         }
+        if truncate:
+            return {**columns, _TRUNCATED: too_long}
+        # All input columns are removed, so a batched map may return fewer rows than it got: dropping the long
+        # pairs here leaves no indices mapping for later steps to read through.
+        keep = [not long for long in too_long]
+        return {name: list(itertools.compress(values, keep)) for name, values in columns.items()}
 
-    tokenized = dataset.map(
-        encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="Tokenizing pairs"
-    )
-    # Counted from the column rather than inside map(), whose workers (num_proc) cannot share a counter.
-    too_long = pc.sum(tokenized.with_format("arrow")["_too_long"]).as_py() or 0
-    limits = f"{max_source_length} source / {max_target_length} target tokens"
-    if long_pairs == "filter" and too_long:
-        tokenized = tokenized.filter(
-            lambda flags: [not flag for flag in flags],
-            input_columns="_too_long",
+    features = dict(_TOKENIZED_FEATURES, **({_TRUNCATED: datasets.Value("bool")} if truncate else {}))
+    num_proc = num_proc or _default_num_proc(len(dataset))
+    with _main_process_first():
+        tokenized = dataset.map(
+            encode,
             batched=True,
-            num_proc=num_proc,
+            remove_columns=dataset.column_names,
+            features=datasets.Features(features),
+            # map() starts a pool for any num_proc that is not None, even 1.
+            num_proc=num_proc if num_proc > 1 else None,
+            desc="Tokenizing pairs",
         )
+    limits = f"{max_source_length} source / {max_target_length} target tokens"
+    if truncate:
+        # Counted from the column rather than inside map(), whose workers (num_proc) cannot share a counter.
+        too_long = pc.sum(tokenized.with_format("arrow")[_TRUNCATED]).as_py() or 0
+        tokenized = tokenized.remove_columns(_TRUNCATED)
+        if too_long:
+            _report(f"Truncated {too_long} of {len(dataset)} pairs longer than {limits}.")
+    elif len(tokenized) < len(dataset):
         _report(
-            f"Filtered out {too_long} of {len(dataset)} pairs longer than {limits}; raise the limits or use "
-            "long_pairs='truncate' to keep them."
+            f"Filtered out {len(dataset) - len(tokenized)} of {len(dataset)} pairs longer than {limits}; "
+            "raise the limits or use long_pairs='truncate' to keep them."
         )
-    elif too_long:
-        _report(f"Truncated {too_long} of {len(dataset)} pairs longer than {limits}.")
     if len(tokenized) == 0:
         raise ValueError(f"Every pair is longer than {limits}; raise max_source_length / max_target_length.")
-    return tokenized.remove_columns("_too_long")
+    return tokenized

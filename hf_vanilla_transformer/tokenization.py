@@ -14,12 +14,18 @@ skip_special_tokens=True) == s` for ordinary sentences, except that NFKC rewrite
 (non-breaking space, "…", full-width forms) and a leading space is dropped.
 """
 
+from __future__ import annotations
+
 import itertools
 import os
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 PAD_TOKEN = "<pad>"
 UNK_TOKEN = "<unk>"
@@ -31,6 +37,9 @@ EOS_TOKEN = "</s>"
 SPECIAL_TOKENS = (BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 TextSource = str | os.PathLike
+# Texts handed to the trainer at a time: it counts the words of a batch in parallel, and one call per batch
+# instead of per sentence keeps Python out of the way.
+_BATCH_SIZE = 10_000
 
 
 def _iter_texts(sources: Iterable[TextSource]) -> Iterator[str]:
@@ -57,8 +66,38 @@ def _iter_texts(sources: Iterable[TextSource]) -> Iterator[str]:
             yield source
 
 
+def _text_batches(texts_or_files: Iterable[TextSource] | os.PathLike | Dataset) -> Iterator[list[str]]:
+    """Yield non-empty lists of non-blank training texts; a dataset's string columns are read in Arrow
+    batches."""
+    # Imported here: `datasets` takes a second to import, which encoding with a tokenizer does not need.
+    import datasets
+
+    if isinstance(texts_or_files, datasets.Dataset):
+        columns = [
+            name
+            for name, feature in texts_or_files.features.items()
+            if isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+        ]
+        if not columns:
+            raise ValueError(
+                f"The dataset has no string column to train on (features: {texts_or_files.features}); pass "
+                "one with text columns, such as the src/tgt columns of load_parallel_data."
+            )
+        tables = texts_or_files.select_columns(columns).with_format("arrow").iter(batch_size=_BATCH_SIZE)
+        batches = (
+            [text for text in table.column(name).to_pylist() if text and text.strip()]
+            for table in tables
+            for name in columns
+        )
+    else:
+        sources = [texts_or_files] if isinstance(texts_or_files, os.PathLike) else texts_or_files
+        texts = _iter_texts(sources)
+        batches = iter(lambda: list(itertools.islice(texts, _BATCH_SIZE)), [])
+    return (batch for batch in batches if batch)
+
+
 def train_shared_bpe_tokenizer(
-    texts_or_files: Iterable[TextSource] | os.PathLike,
+    texts_or_files: Iterable[TextSource] | os.PathLike | Dataset,
     vocab_size: int = 37000,
     min_frequency: int = 2,
     *,
@@ -69,10 +108,13 @@ def train_shared_bpe_tokenizer(
     """Learn one BPE vocabulary shared by source and target language (Section 5.1).
 
     Args:
-        texts_or_files: the training text of both languages. Either an iterable (list, generator,
-            `datasets` column) whose items are sentences (`str`) or files (`os.PathLike`, e.g.
-            `pathlib.Path`, read as UTF-8 with one sentence per line), or a single path. Plain strings are
-            always text, never file names. Empty lines are skipped.
+        texts_or_files: the training text of both languages. Either a `datasets.Dataset`, whose string
+            columns (the `src` and `tgt` of `load_parallel_data`) are all read, in Arrow batches; or an
+            iterable (list, generator) whose items are sentences (`str`) or files (`os.PathLike`, e.g.
+            `pathlib.Path`, read as UTF-8 with one sentence per line); or a single path. Plain strings are
+            always text, never file names. Empty lines are skipped. Iterating a `datasets` column
+            (`dataset["src"]`) decodes it row by row in Python, which takes minutes on millions of
+            sentences: pass the dataset itself.
         vocab_size: size of the final vocabulary, special tokens and alphabet included. The paper uses
             about 37000 for English-German.
         min_frequency: a pair must occur at least this often to be merged.
@@ -88,16 +130,15 @@ def train_shared_bpe_tokenizer(
 
     Raises:
         TypeError: `texts_or_files` is a single `str`, or an item is neither `str` nor `os.PathLike`.
-        ValueError: there is no non-empty text, or `vocab_size` cannot hold the special tokens and the
-            alphabet (the message gives the minimum).
+        ValueError: there is no non-empty text, a dataset has no string column, or `vocab_size` cannot
+            hold the special tokens and the alphabet (the message gives the minimum).
     """
     if isinstance(texts_or_files, str):
         raise TypeError(
             "texts_or_files is a single str; pass a list of sentences, or pathlib.Path(...) for a file."
         )
-    sources = [texts_or_files] if isinstance(texts_or_files, os.PathLike) else texts_or_files
-    texts = _iter_texts(sources)
-    first = next(texts, None)
+    batches = _text_batches(texts_or_files)
+    first = next(batches, None)
     if first is None:
         raise ValueError("No training text: texts_or_files is empty or contains only blank lines.")
 
@@ -114,7 +155,7 @@ def train_shared_bpe_tokenizer(
         show_progress=show_progress,
         **alphabet_option,
     )
-    tokenizer.train_from_iterator(itertools.chain([first], texts), trainer=trainer)
+    tokenizer.train_from_iterator(itertools.chain([first], batches), trainer=trainer)
     # The trainer never drops characters to honour vocab_size; it silently returns a larger vocabulary.
     minimum = tokenizer.get_vocab_size()
     if minimum > vocab_size:

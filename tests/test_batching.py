@@ -128,6 +128,32 @@ def test_from_dataset_reads_token_lengths():
     assert sampler.tgt_lengths.tolist() == [2, 1, 4]
 
 
+def test_from_arrow_file_is_exact_for_two_replicas(tmp_path):
+    src, tgt = random_lengths(301, seed=7)
+    features = datasets.Features(
+        {name: datasets.List(datasets.Value("int32")) for name in ("input_ids", "labels")}
+    )
+    rows = {"input_ids": [[5] * n for n in src], "labels": [[6] * n for n in tgt]}
+    datasets.Dataset.from_dict(rows, features=features).save_to_disk(tmp_path / "tokenized")
+    dataset = datasets.load_from_disk(tmp_path / "tokenized")  # memory-mapped, as tokenize_pairs gives
+    replicas = [
+        TokenBudgetBatchSampler.from_dataset(dataset, 200, seed=5, num_replicas=2, rank=rank)
+        for rank in (0, 1)
+    ]
+    assert replicas[0].src_lengths.tolist() == src and replicas[0].tgt_lengths.tolist() == tgt
+    for epoch in range(2):
+        for sampler in replicas:
+            sampler.set_epoch(epoch)
+        shares = [list(sampler) for sampler in replicas]
+        assert len(shares[0]) == len(shares[1]) == len(replicas[0])
+        assert sorted(i for share in shares for batch in share for i in batch) == list(range(301))
+    shuffled = dataset.shuffle(seed=0)
+    sampler = TokenBudgetBatchSampler.from_dataset(shuffled, 200)
+    assert sampler.src_lengths.tolist() == [len(row) for row in shuffled["input_ids"]]
+    with pytest.raises(ValueError, match="no column 'labels'"):
+        TokenBudgetBatchSampler.from_dataset(dataset.remove_columns("labels"), 200)
+
+
 def test_works_as_dataloader_batch_sampler():
     src, tgt = random_lengths(60)
     sampler = TokenBudgetBatchSampler(src, tgt, max_tokens=120)

@@ -1,12 +1,19 @@
 """Reading and tokenizing parallel data (Section 5.1)."""
 
+import gzip
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import datasets
+import pyarrow as pa
 import pytest
+import torch
 from conftest import REPO_ROOT
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import data
 from hf_vanilla_transformer.data import (
@@ -41,8 +48,19 @@ def tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+@pytest.fixture(autouse=True)
+def datasets_cache(tmp_path, monkeypatch):
+    """Each test converts its files into a cache of its own, not the user's HF_DATASETS_CACHE."""
+    cache = tmp_path / "hf_datasets_cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+    return cache
+
+
 def write(path, text):
-    path.write_text(text, encoding="utf-8", newline="")
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode("utf-8")))
+    else:
+        path.write_text(text, encoding="utf-8", newline="")
     return path
 
 
@@ -116,16 +134,16 @@ def test_jsonl_errors(tmp_path):
         read_jsonl(write(tmp_path / "c.jsonl", '["a", "b"]\n'))
     with pytest.raises(ValueError, match="key 'tgt' holds int, not a string"):
         read_jsonl(write(tmp_path / "d.jsonl", '{"src": "a", "tgt": 3}\n'))
-    with pytest.raises(ValueError, match="Invalid language code 'EN'"):
-        read_jsonl(write(tmp_path / "e.jsonl", '{"src": "a", "tgt": "b"}\n'), src_lang="EN", tgt_lang="de")
+    with pytest.raises(ValueError, match="Invalid language code 'e n'"):
+        read_jsonl(write(tmp_path / "e.jsonl", '{"src": "a", "tgt": "b"}\n'), src_lang="e n", tgt_lang="de")
 
 
-@pytest.mark.parametrize("code", ["en", "de", "haw", "pt_BR"])
+@pytest.mark.parametrize("code", ["en", "de", "haw", "pt_BR", "eng_Latn", "zh-Hans", "zho_Hant", "EN"])
 def test_valid_language_codes(code):
     assert validate_language_code(code) == code
 
 
-@pytest.mark.parametrize("code", ["EN", "e", "english", "pt-br", "pt_br", "", "de "])
+@pytest.mark.parametrize("code", ["", "de ", "e n", "en.gz", "../en", "a/b", "-en", "en_", "pt__BR", None])
 def test_invalid_language_codes(code):
     with pytest.raises(ValueError, match="Invalid language code"):
         validate_language_code(code)
@@ -151,8 +169,65 @@ def test_load_parallel_data_dispatch(tmp_path):
         load_parallel_data(tmp_path / "train", src_lang="en", tgt_lang="fr")
     with pytest.raises(FileNotFoundError, match="is not a file"):
         load_parallel_data(tmp_path / "nothing", src_lang="en", tgt_lang="de")
-    with pytest.raises(ValueError, match="Invalid language code 'english'"):
-        load_parallel_data(tmp_path / "train", src_lang="english", tgt_lang="de")
+    with pytest.raises(ValueError, match="Invalid language code 'en/x'"):
+        load_parallel_data(tmp_path / "train", src_lang="en/x", tgt_lang="de")
+
+
+def test_gzip_files_read_like_plain_ones(tmp_path):
+    english, german = "hello\n\nbye\n", "hallo\nleer\ntschüss\n"
+    expected = {"src": ["hello", "bye"], "tgt": ["hallo", "tschüss"]}
+    write(tmp_path / "train.en.gz", english)
+    write(tmp_path / "train.de", german)  # one side compressed, the other not
+    assert load_parallel_data(tmp_path / "train", src_lang="en", tgt_lang="de").to_dict() == expected
+    two_files = load_parallel_data(tmp_path / "train.en.gz", write(tmp_path / "b.de.gz", german))
+    assert two_files.to_dict() == expected
+    tsv = write(tmp_path / "pairs.tsv.gz", "hello\thallo\n\tleer\nbye\ttschüss\n")
+    assert load_parallel_data(tsv).to_dict() == expected
+    jsonl = write(
+        tmp_path / "pairs.jsonl.gz", '{"src": "hello", "tgt": "hallo"}\n{"src": "bye", "tgt": "tschüss"}\n'
+    )
+    assert load_parallel_data(jsonl).to_dict() == expected
+    with pytest.raises(ValueError, match=r"empty\.en\.gz is empty"):
+        read_text_pair(write(tmp_path / "empty.en.gz", ""), tmp_path / "train.de")
+    with pytest.raises(ValueError, match="line 3: expected 2 tab-separated fields"):
+        read_tsv(write(tmp_path / "bad.tsv.gz", "a\tb\nc\td\ne\n"))
+
+
+def test_flores_style_language_codes(tmp_path):
+    write(tmp_path / "dev.eng_Latn", "hello\n")
+    write(tmp_path / "dev.zh-Hans", "你好\n")
+    dataset = load_parallel_data(tmp_path / "dev", src_lang="eng_Latn", tgt_lang="zh-Hans")
+    assert dataset.to_dict() == {"src": ["hello"], "tgt": ["你好"]}
+    rows = write(
+        tmp_path / "flores.jsonl", json.dumps({"translation": {"eng_Latn": "hi", "deu_Latn": "hallo"}})
+    )
+    assert read_jsonl(rows, src_lang="eng_Latn", tgt_lang="deu_Latn")["tgt"] == ["hallo"]
+
+
+def test_files_are_converted_once_into_a_memory_mapped_cache(tmp_path, datasets_cache, monkeypatch, capsys):
+    src = write(tmp_path / "a.en", "one\n\nthree\n")
+    tgt = write(tmp_path / "a.de", "eins\nzwei\ndrei\n")
+    first = read_text_pair(src, tgt)
+    [cache_file] = first.cache_files
+    assert cache_file["filename"].startswith(str(datasets_cache / "parallel_pairs"))
+    assert "Dropped 1 of 3 pairs" in capsys.readouterr().err
+
+    def no_reading(path):
+        raise AssertionError(f"{path} was read again")
+
+    monkeypatch.setattr(data, "_read_lines", no_reading)
+    again = read_text_pair(src, tgt)
+    assert again.cache_files == first.cache_files
+    assert again.to_dict() == {"src": ["one", "three"], "tgt": ["eins", "drei"]}
+    assert "Dropped 1 of 3 pairs" in capsys.readouterr().err, "the count is reported from the cache too"
+    monkeypatch.undo()
+    # A changed file (size, modification time) is read again, into a cache of its own.
+    write(src, "one\ntwo\nthree\n")
+    changed = read_text_pair(src, tgt)
+    assert changed["src"] == ["one", "two", "three"] and changed.cache_files != first.cache_files
+    own = read_text_pair(src, tgt, cache_dir=tmp_path / "own")
+    assert own.cache_files[0]["filename"].startswith(str(tmp_path / "own"))
+    assert list((datasets_cache / "parallel_pairs").glob("*incomplete*")) == []
 
 
 def test_reads_shipped_multi30k():
@@ -206,6 +281,87 @@ def test_hub_offline_error_says_what_to_do(monkeypatch):
 
 def pairs(*rows):
     return datasets.Dataset.from_dict({"src": [r[0] for r in rows], "tgt": [r[1] for r in rows]})
+
+
+def test_tokenization_is_cached_in_int32_and_collates_to_int64(tokenizer, tmp_path):
+    write(tmp_path / "t.en", "a cat sat on the mat\nthe dog ran\na cat\n")
+    write(tmp_path / "t.de", "eine katze sass\nder hund lief zum haus\nkatze\n")
+    text = load_parallel_data(tmp_path / "t", src_lang="en", tgt_lang="de")
+    tokenized = tokenize_pairs(text, tokenizer, 6, 6)
+    [cache_file] = tokenized.cache_files
+    written = os.stat(cache_file["filename"]).st_mtime_ns
+    assert os.path.dirname(cache_file["filename"]) == os.path.dirname(text.cache_files[0]["filename"])
+    assert tokenized.data.schema.field("input_ids").type == pa.list_(pa.int32())
+    assert tokenized.data.schema.field("labels").type == pa.list_(pa.int32())
+    assert tokenized.data.schema.field("attention_mask").type == pa.list_(pa.int8())
+    assert len(tokenized) == 2, "the 7-token source is filtered out"
+
+    again = tokenize_pairs(text, tokenizer, 6, 6)
+    assert again.cache_files == tokenized.cache_files
+    assert os.stat(cache_file["filename"]).st_mtime_ns == written, "the cache is read, not written again"
+    # Read into a cache of its own: map() would otherwise find the first result, whatever num_proc.
+    fresh = load_parallel_data(tmp_path / "t", src_lang="en", tgt_lang="de", cache_dir=tmp_path / "fresh")
+    in_two_processes = tokenize_pairs(fresh, tokenizer, 6, 6, num_proc=2)
+    assert len(in_two_processes.cache_files) == 2, "one file per process"
+    assert in_two_processes.to_dict() == tokenized.to_dict()
+
+    batch = DataCollatorForSeq2Seq(tokenizer)([tokenized[0], tokenized[1]])
+    assert {name: batch[name].dtype for name in ("input_ids", "attention_mask", "labels")} == dict.fromkeys(
+        ("input_ids", "attention_mask", "labels"), torch.int64
+    )
+    assert batch["labels"][1].tolist()[-1] == -100, "shorter labels are padded with the ignored index"
+
+
+@pytest.mark.slow
+def test_two_processes_prepare_once_and_share_the_result(tmp_path):
+    """Under torch.distributed (gloo), rank 0 reads and tokenizes; rank 1 waits, then loads the cache."""
+    write(tmp_path / "t.en", "a cat sat\nthe dog ran\n")
+    write(tmp_path / "t.de", "eine katze\nder hund\n")
+    script = tmp_path / "prepare.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, sys
+            import datasets
+            from accelerate import PartialState
+            from tokenizers import Tokenizer, models, pre_tokenizers
+            from transformers import PreTrainedTokenizerFast
+            from hf_vanilla_transformer import data
+
+            datasets.config.HF_DATASETS_CACHE = {str(tmp_path / "cache")!r}
+            state = PartialState(cpu=True)
+            read = []
+            original = data._read_lines
+            data._read_lines = lambda path: read.append(str(path)) or original(path)
+            model = Tokenizer(models.WordLevel({{"<unk>": 0, "<pad>": 1}}, unk_token="<unk>"))
+            model.pre_tokenizer = pre_tokenizers.Whitespace()
+            tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>", unk_token="<unk>")
+            text = data.load_parallel_data({str(tmp_path / "t")!r}, src_lang="en", tgt_lang="de")
+            tokenized = data.tokenize_pairs(text, tokenizer, 8, 8)
+            print(json.dumps({{"rank": state.process_index, "read": len(read),
+                               "files": [f["filename"] for f in tokenized.cache_files],
+                               "rows": tokenized.to_dict()}}))
+            """
+        )
+    )
+    base = dict(
+        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), WORLD_SIZE="2"
+    )
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            env=dict(base, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    results = [
+        json.loads(process.communicate(timeout=300)[0].strip().splitlines()[-1]) for process in processes
+    ]
+    assert [process.returncode for process in processes] == [0, 0]
+    assert [result["read"] for result in results] == [2, 0], "only the main process reads the files"
+    assert results[0]["files"] == results[1]["files"] and results[0]["rows"] == results[1]["rows"]
 
 
 def test_tokenize_pairs_appends_eos(tokenizer):

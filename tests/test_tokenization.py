@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import datasets
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -105,6 +106,24 @@ def test_accepts_files_and_generators(tmp_path):
     from_file = train_shared_bpe_tokenizer(corpus, vocab_size=500, show_progress=False)
     from_generator = train_shared_bpe_tokenizer((t for t in texts), vocab_size=500, show_progress=False)
     assert from_file.get_vocab() == from_list.get_vocab() == from_generator.get_vocab()
+
+
+def test_dataset_is_read_in_arrow_batches_with_the_same_vocabulary(tmp_path, monkeypatch):
+    english, german = _lines("val.en", 300), _lines("val.de", 300)
+    rows = {"src": [*english, "  "], "tgt": [*german, ""], "id": list(range(301))}
+    datasets.Dataset.from_dict(rows).save_to_disk(tmp_path / "pairs")
+    pairs = datasets.load_from_disk(tmp_path / "pairs")  # memory-mapped Arrow, as load_parallel_data gives
+
+    def row_by_row(*args, **kwargs):
+        raise AssertionError("the dataset must be read in Arrow batches, not row by row")
+
+    monkeypatch.setattr(datasets.Dataset, "__iter__", row_by_row)
+    monkeypatch.setattr(datasets.Dataset, "__getitem__", row_by_row)
+    from_dataset = train_shared_bpe_tokenizer(pairs, vocab_size=500, show_progress=False)
+    from_list = train_shared_bpe_tokenizer(english + german, vocab_size=500, show_progress=False)
+    assert from_dataset.get_vocab() == from_list.get_vocab()
+    with pytest.raises(ValueError, match="no string column"):
+        train_shared_bpe_tokenizer(pairs.select_columns(["id"]), show_progress=False)
 
 
 def test_empty_input_is_rejected():
