@@ -68,7 +68,10 @@ logger = logging.get_logger(__name__)
 
 @dataclass
 class TrainingSettings:
-    """Everything a run needs; `scripts/train.py` fills it from the command line."""
+    """Everything a run needs; the `train` command fills it from the command line.
+
+    `dataloader_workers` is the number of data-loading processes per device (default: a few on a GPU, none
+    on a CPU); `report_to` names the trackers the Trainer reports to ("none", "all", "tensorboard", ...)."""
 
     output_dir: str
     train: str = "data/multi30k/train"
@@ -196,6 +199,7 @@ class TrainingClock(TrainerCallback, ExportableState):
         return self.elapsed() - self.eval_seconds
 
     def count_targets(self, labels: torch.Tensor) -> None:
+        """Adds the target tokens of a micro-batch of this process (labels other than -100)."""
         self._uncounted = self._uncounted + labels.ne(-100).sum()
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
@@ -291,6 +295,7 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
     def get_batch_samples(
         self, epoch_iterator: Iterator, num_batches: int, device: torch.device
     ) -> tuple[list, torch.Tensor | int | None]:
+        """The micro-batches of the next optimizer step, as the Trainer takes them, counted on the clock."""
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
         for batch in batch_samples:
             self.clock.count_targets(batch["labels"])
