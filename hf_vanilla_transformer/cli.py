@@ -1,5 +1,6 @@
-"""What the command-line scripts in `scripts/` share: a parser that reports a bad argument in one line, a
-help layout that shows defaults, and argument types that refuse values no run could use."""
+"""What the commands of `vanilla-transformer` (`hf_vanilla_transformer.commands`) share: a parser that reports
+a bad argument in one line, a help layout that shows defaults, and argument types that refuse values no run
+could use."""
 
 import argparse
 import math
