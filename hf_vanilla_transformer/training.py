@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
@@ -39,7 +40,7 @@ from transformers import (
     TrainerCallback,
 )
 from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import EvalPrediction, seed_worker
 from transformers.utils import is_torch_tf32_available, logging
 
 from .averaging import average_checkpoints, last_checkpoints
@@ -71,7 +72,8 @@ class TrainingSettings:
     """Everything a run needs; the `train` command fills it from the command line.
 
     `dataloader_workers` is the number of data-loading processes per device (default: a few on a GPU, none
-    on a CPU); `report_to` names the trackers the Trainer reports to ("none", "all", "tensorboard", ...)."""
+    on a CPU); `report_to` names the trackers the Trainer reports to ("none", "all", "tensorboard", ...);
+    `eval_bleu` adds dev BLEU to every dev evaluation during training (beam search on the whole dev set)."""
 
     output_dir: str
     train: str = "data/multi30k/train"
@@ -110,6 +112,7 @@ class TrainingSettings:
     num_beams: int = 4
     eval_batch_size: int = 64
     max_eval_sentences: int | None = None
+    eval_bleu: bool = False
     model_overrides: dict[str, Any] = field(default_factory=dict)
 
     def recipe(self) -> TrainingPreset:
@@ -249,11 +252,28 @@ class TrainingClock(TrainerCallback, ExportableState):
 
 
 class DevLossCallback(TrainerCallback):
-    """Logs a line for every dev loss evaluation, so that a long run is readable without the progress bars."""
+    """Logs a line for every dev evaluation (loss, and BLEU when scored), so that a long run is readable
+    without the progress bars."""
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
         if state.is_world_process_zero and metrics and "eval_loss" in metrics:
-            logger.info(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}")
+            bleu = f", dev BLEU {metrics['eval_bleu']:.2f}" if "eval_bleu" in metrics else ""
+            logger.info(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}{bleu}")
+
+
+def _dev_bleu(tokenizer: PreTrainedTokenizerBase, prediction: EvalPrediction) -> dict[str, float]:
+    """sacreBLEU of the translations generated in a dev evaluation (Section 6.1), against the dev targets
+    decoded from their token ids; the Trainer logs it as `eval_bleu`."""
+
+    def decode(ids: np.ndarray) -> list[str]:
+        # The Trainer pads the batches it gathers with -100, which is no token.
+        texts = tokenizer.batch_decode(
+            np.where(ids != -100, ids, tokenizer.pad_token_id), skip_special_tokens=True
+        )
+        return [text.strip() for text in texts]
+
+    hypotheses, references = decode(prediction.predictions), decode(prediction.label_ids)
+    return {"bleu": corpus_bleu(hypotheses, references).score}
 
 
 class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
@@ -669,6 +689,8 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         # Workers forked once for the run rather than for every epoch and every dev evaluation.
         dataloader_persistent_workers=workers > 0,
         ddp_find_unused_parameters=False,
+        predict_with_generate=settings.eval_bleu,
+        generation_num_beams=settings.num_beams,
     )
     optimizer = build_paper_optimizer(model)
     scheduler = get_noam_schedule(optimizer, model.config.d_model, recipe.warmup_steps, recipe.lr_scale)
@@ -681,6 +703,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
         optimizers=(optimizer, scheduler),
+        compute_metrics=partial(_dev_bleu, tokenizer) if settings.eval_bleu else None,
         callbacks=[DevLossCallback(), clock],
         max_tokens=micro_batch_tokens,
         clock=clock,
@@ -729,8 +752,9 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         "model_dir": str(final_dir),
     }
     if dev_dataset is not None:
-        # Every process takes part: the Trainer's evaluation gathers across them.
-        trainer.model = model
+        # Every process takes part: the Trainer's evaluation gathers across them. Its loss only: the dev BLEU
+        # of the final model follows, on the dev set's own text.
+        trainer.model, trainer.compute_metrics = model, None
         results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
     # No collective follows, so every process leaves the group now: a worker that exits with the group
     # alive can die with SIGABRT when gloo's threads outlive the interpreter. The barrier first lets gloo's

@@ -59,10 +59,15 @@ def clock(checkpoint: Path) -> dict[str, float]:
 
 def test_two_processes_train_resume_over_an_incomplete_checkpoint_and_refuse_one(corpus, tmp_path):
     out = tmp_path / "run"
-    two = settings(corpus, out, max_steps=2, save_steps=1, max_tokens=256, tokens_per_step=512)
+    two = settings(
+        corpus, out, max_steps=2, save_steps=1, max_tokens=256, tokens_per_step=512, dev=str(corpus / "val"),
+        eval_steps=2, eval_bleu=True, max_eval_sentences=4,
+    )  # fmt: skip
     first = launch(tmp_path, 2, two)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "256 per micro-batch x 1 accumulation x 2 process(es)" in first.stderr
+    # Both processes translate their share of the dev set; the Trainer gathers the translations.
+    assert "step 2: dev loss" in first.stderr and ", dev BLEU" in first.stderr
     assert json.loads((out / training.RECIPE_FILE).read_text())["world_size"] == 2
     assert clock(out / "checkpoint-2")["target_tokens"] > 0
 

@@ -281,3 +281,18 @@ def test_fine_tuning_starts_from_the_pretrained_model_and_its_tokenizer(corpus, 
 
     with pytest.raises(ValueError, match="cannot change"):
         run_training(settings(corpus, tmp_path / "x", init_from=str(pretrained / "model")))
+
+
+def test_dev_bleu_at_every_dev_evaluation(corpus, tmp_path, caplog):
+    """eval_bleu: every dev evaluation during training also translates the dev set and scores it with the
+    package's sacreBLEU metric; the Trainer records it as eval_bleu next to eval_loss."""
+    run = settings(
+        corpus, tmp_path, dev=str(corpus / "val"), max_steps=2, eval_steps=1, save_steps=2, eval_bleu=True,
+        max_eval_sentences=4,
+    )  # fmt: skip
+    with caplog.at_level("INFO", logger="hf_vanilla_transformer"):
+        run_training(run)
+    history = json.loads((tmp_path / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    scores = {entry["step"]: entry["eval_bleu"] for entry in history if "eval_loss" in entry}
+    assert sorted(scores) == [1, 2] and all(0 <= score <= 100 for score in scores.values())
+    assert "step 1: dev loss" in caplog.text and ", dev BLEU" in caplog.text
