@@ -631,6 +631,8 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
     recipe = settings.recipe()
     workers = settings.workers()
+    if settings.eval_bleu and settings.dev is None:
+        raise ValueError("eval_bleu scores the dev set during training, but the run has none: pass --dev.")
     output_dir = Path(settings.output_dir)
     state = PartialState(cpu=not torch.cuda.is_available())
     _show_progress(state.is_main_process)

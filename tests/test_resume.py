@@ -152,7 +152,9 @@ def test_refused_settings(corpus, tmp_path):
         run_training(settings(corpus, tmp_path / "a", average_checkpoints=4, keep_checkpoints=3))
     with pytest.raises(ValueError, match="dataloader_workers must be 0"):
         run_training(settings(corpus, tmp_path / "b", dataloader_workers=-1))
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    with pytest.raises(ValueError, match="eval_bleu scores the dev set"):
+        run_training(settings(corpus, tmp_path / "c", eval_bleu=True))
+    assert not any((tmp_path / name).exists() for name in "abc")
 
 
 @pytest.mark.parametrize(
