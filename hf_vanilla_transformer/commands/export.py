@@ -3,6 +3,8 @@
     vanilla-transformer export --model runs/demo/model --to ctranslate2 --out exports/demo-ct2
     vanilla-transformer export --model runs/demo/model --to ctranslate2 --quantization int8 --out exports/int8
     vanilla-transformer export --model org/name --to onnx --out exports/name-onnx
+    vanilla-transformer export --model runs/demo/model --to ctranslate2 --out exports/demo-shortlist \\
+        --shortlist-from data/multi30k/train [--src-lang en --tgt-lang de] [--shortlist-size 100]
 
 The folder holds the model in the engine's format, its tokenizer(s) and its decoding settings (for this
 package's models, the paper's: beam 4, GNMT length penalty 0.6, output up to input length + 50).
@@ -13,7 +15,7 @@ the PyTorch model's decoding.
 
 import argparse
 
-from ..cli import ArgumentParser
+from ..cli import ArgumentParser, positive_int
 from ..export import CTRANSLATE2_QUANTIZATIONS, EXPORT_TARGETS, ExportError, export
 
 
@@ -28,22 +30,26 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         help="CTranslate2 weight type (default: float32)",
     )
     parser.add_argument("--force", action="store_true", help="replace --out if it exists and is not empty")
-    parser.add_argument(
+    shortlist = parser.add_argument_group("vocabulary shortlist (CTranslate2; docs/export.md)")
+    shortlist.add_argument(
         "--shortlist-from",
         metavar="PREFIX",
-        help="CTranslate2: build a vocabulary shortlist from PREFIX.<src-lang> and PREFIX.<tgt-lang> "
-        "(the training data), used when translating (docs/export.md)",
+        help="build a shortlist from PREFIX.<src-lang> and PREFIX.<tgt-lang> (the training data), used "
+        "when translating",
     )
-    parser.add_argument(
-        "--shortlist-size", type=int, default=100, help="target tokens per source token (default: 100)"
+    shortlist.add_argument(
+        "--shortlist-size", type=positive_int, default=100, help="target tokens per source token"
     )
-    parser.add_argument("--src-lang", default="en", help="source file suffix for --shortlist-from")
-    parser.add_argument("--tgt-lang", default="de", help="target file suffix for --shortlist-from")
+    shortlist.add_argument("--src-lang", default="en", help="source file suffix for --shortlist-from")
+    shortlist.add_argument("--tgt-lang", default="de", help="target file suffix for --shortlist-from")
     return parser
 
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Export `args.model` for `args.to` into `args.out`."""
+    shortlist_from = None
+    if args.shortlist_from is not None:
+        shortlist_from = tuple(f"{args.shortlist_from}.{lang}" for lang in (args.src_lang, args.tgt_lang))
     try:
         out = export(
             args.model,
@@ -51,8 +57,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             args.out,
             quantization=args.quantization,
             force=args.force,
-            shortlist_from=args.shortlist_from
-            and (f"{args.shortlist_from}.{args.src_lang}", f"{args.shortlist_from}.{args.tgt_lang}"),
+            shortlist_from=shortlist_from,
             shortlist_size=args.shortlist_size,
         )
     except ExportError as error:
