@@ -7,6 +7,8 @@
 - `attention_maps` / `plot_attention`: the weights of Eq. 1 for one input, per layer and head, for the three
   uses of attention of Section 3.2.3 (encoder self-attention, masked decoder self-attention and
   encoder-decoder attention), with the tokens on the axes.
+- `plot_alignment`: a translation model's encoder-decoder attention averaged over heads, one panel per
+  layer: which source tokens each output token drew on, the alignment picture of attention-based NMT.
 
 matplotlib is the optional extra `plots` (`pip install hf-vanilla-transformer[plots]`). Figures are built
 with `matplotlib.figure.Figure`, not pyplot, so nothing here touches a GUI backend or global state.
@@ -306,11 +308,36 @@ def plot_attention(maps: AttentionMaps, kind: str, path: str | Path | None = Non
     return figure
 
 
+def plot_alignment(maps: AttentionMaps, path: str | Path | None = None) -> tuple[Figure, np.ndarray]:
+    """Encoder-decoder attention (Section 3.2.3) averaged over the heads of each layer: one panel per layer,
+    output tokens on the vertical axis, source tokens on the horizontal one. Returns the figure and the
+    averaged weights, shaped (layers, target tokens, source tokens)."""
+    alignment = maps.cross.mean(axis=1)
+    layers = alignment.shape[0]
+    width = max(3.0, 0.36 * len(maps.source_tokens) + 1.4)
+    height = max(3.0, 0.36 * len(maps.target_tokens) + 1.4)
+    figure = Figure(figsize=(width * layers, height), layout="constrained")
+    panels = figure.subplots(1, layers, squeeze=False)[0]
+    for layer, axes in enumerate(panels):
+        image = axes.imshow(alignment[layer], cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
+        axes.set_title(f"layer {layer + 1}, mean of {maps.cross.shape[1]} heads", fontsize=9)
+        axes.set_xticks(range(len(maps.source_tokens)), maps.source_tokens, rotation=90, fontsize=8)
+        axes.set_yticks(range(len(maps.target_tokens)), maps.target_tokens, fontsize=8)
+        if layer:
+            axes.tick_params(labelleft=False)
+    figure.colorbar(image, ax=panels, shrink=0.6, label="attention weight")
+    figure.suptitle("Encoder-decoder attention (rows: output tokens, columns: source tokens)")
+    if path is not None:
+        save_figure(figure, path)
+    return figure, alignment
+
+
 __all__ = [
     "ATTENTION_KINDS",
     "AttentionMaps",
     "attention_maps",
     "find_hangul_font",
+    "plot_alignment",
     "plot_attention",
     "plot_learning_rate",
     "plot_positional_encoding",

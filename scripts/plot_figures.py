@@ -5,17 +5,22 @@ chatbot (`vanilla-transformer chatbot train`) its attention for one question, an
 
     python scripts/plot_figures.py --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
     python scripts/plot_figures.py --run runs/multi30k --out docs/figures   # writes multi30k_training.png
+    python scripts/plot_figures.py --translation-model runs/demo/model --out docs/figures  # the alignment
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 from hf_vanilla_transformer.chatbot import load_chatbot, preprocess_sentence
 from hf_vanilla_transformer.cli import ArgumentParser, positive_int
+from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.plotting import (
     attention_maps,
     find_hangul_font,
+    plot_alignment,
     plot_attention,
     plot_learning_rate,
     plot_positional_encoding,
@@ -35,6 +40,14 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--model", type=Path, help="trained chatbot folder; without it no attention figures")
     parser.add_argument("--question", default="영화 볼래?", help="input of the attention figures")
     parser.add_argument(
+        "--translation-model", type=Path, help="trained translation model folder, for the alignment figure"
+    )
+    parser.add_argument(
+        "--sentence",
+        default="A little girl climbing into a wooden playhouse.",
+        help="source sentence of the alignment figure",
+    )
+    parser.add_argument(
         "--run", type=Path, nargs="*", default=[], help="output folders of `vanilla-transformer train` runs"
     )
     parser.add_argument("--d-model", type=positive_int, default=256, help="d_model of the schedule figure")
@@ -51,7 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     missing = [
-        str(folder) for folder in [args.model, *args.run] if folder is not None and not folder.is_dir()
+        str(folder)
+        for folder in [args.model, args.translation_model, *args.run]
+        if folder is not None and not folder.is_dir()
     ]
     if missing:
         parser.error(f"no such folder: {', '.join(missing)}; give the folders of trained runs.")
@@ -67,6 +82,14 @@ def main(argv: list[str] | None = None) -> None:
         for kind, name in ATTENTION_FILES.items():
             plot_attention(maps, kind, path=args.out / name)
             written.append(args.out / name)
+    if args.translation_model is not None:
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(
+            args.translation_model, attn_implementation="eager"
+        )
+        maps = attention_maps(model, AutoTokenizer.from_pretrained(args.translation_model), args.sentence)
+        print(f"Source tokens: {maps.source_tokens}\nOutput tokens: {maps.target_tokens}")
+        written.append(args.out / "translation_alignment.png")
+        plot_alignment(maps, path=written[-1])
     for run in args.run:
         written.append(args.out / f"{run.name}_training.png")
         plot_training_curves(run, path=written[-1])

@@ -86,15 +86,30 @@ def test_attention_maps_need_eager_attention(tokenizer):
         plotting.attention_maps(VanillaTransformerForConditionalGeneration(config), tokenizer, "안녕")
 
 
-def test_plot_figures_script_writes_the_static_figures(tmp_path):
+def plot_figures_script():
     spec = importlib.util.spec_from_file_location("plot_figures", REPO_ROOT / "scripts" / "plot_figures.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    script.main(["--out", str(tmp_path), "--total-steps", "20000"])
+    return script
+
+
+def test_plot_figures_script_writes_the_static_figures(tmp_path):
+    plot_figures_script().main(["--out", str(tmp_path), "--total-steps", "20000"])
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "learning_rate.png",
         "positional_encoding.png",
     ]
+
+
+def test_plot_figures_script_draws_a_translation_models_alignment(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
+    model.generation_config = chatbot_generation_config(model.config, max_length=6)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    out = tmp_path / "figures"
+    plot_figures_script().main(["--out", str(out), "--translation-model", str(tmp_path / "model")])
+    assert (out / "translation_alignment.png").stat().st_size > MIN_PNG_BYTES
 
 
 def test_training_curves_plot_the_newest_checkpoints_log(tmp_path):
@@ -125,3 +140,18 @@ def test_training_curves_plot_the_newest_checkpoints_log(tmp_path):
     assert path.stat().st_size > MIN_PNG_BYTES
     with pytest.raises(FileNotFoundError, match="is it a scripts/train.py run"):
         plotting.plot_training_curves(tmp_path / "empty")
+
+
+def test_alignment_figure_averages_each_layers_heads_of_the_cross_attention(maps, tmp_path):
+    path = tmp_path / "alignment.png"
+    figure, alignment = plotting.plot_alignment(maps, path=path)
+    # Recomputed from the attention probabilities: each output token's weights over the source sum to 1.
+    layers, heads, targets, sources = maps.cross.shape
+    np.testing.assert_allclose(alignment, maps.cross.sum(axis=1) / heads, rtol=1e-6)
+    np.testing.assert_allclose(alignment.sum(axis=-1), np.ones((layers, targets)), atol=1e-5)
+    drawn = [axes.images[0].get_array() for axes in figure.axes if axes.images]
+    assert len(drawn) == layers
+    for layer, image in enumerate(drawn):
+        np.testing.assert_array_equal(np.asarray(image), alignment[layer])
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == maps.source_tokens
+    assert path.stat().st_size > MIN_PNG_BYTES
