@@ -10,9 +10,9 @@ modification times of the files and the reading options, so a later call reads t
 Pairs with an empty side are dropped with a printed count (on every call, the count being cached too).
 
 ``tokenize_pairs`` tokenizes with ``Dataset.map``: batched, in ``num_proc`` processes for large corpora,
-cached next to the input's Arrow file, with token ids stored as int32. Both functions run on the main
-process first (``accelerate.PartialState.main_process_first``), so under ``accelerate launch`` / ``torchrun``
-one process prepares the data and the others read its cache.
+cached next to the input's Arrow file, with token ids stored as int32. ``load_parallel_data`` and
+``tokenize_pairs`` run on the main process first (``accelerate.PartialState.main_process_first``), so under
+``accelerate launch`` / ``torchrun`` one process prepares the data and the others read its cache.
 
 Text files are split on "\\n" only (a trailing "\\r" is removed): ``str.splitlines`` would also split on
 U+2028, U+0085 and form feeds, which occur inside WMT sentences and would misalign the two sides.
@@ -96,7 +96,7 @@ def _open_binary(path: Path) -> BinaryIO:
 
 def _read_lines(path: Path) -> Iterator[LinesChunk]:
     """Yield (1-based number of the first line, lines) chunks of a UTF-8 text file, gzip-compressed if its
-    name ends in ``.gz``; lines lose their "\n" and the first line its byte-order mark."""
+    name ends in ``.gz``; lines lose their "\\n" and the first line its byte-order mark."""
     _check_file(path)
     count = 0
     # Binary iteration splits on b"\n" only (see the module docstring).
