@@ -25,7 +25,7 @@ from transformers.integrations.integration_utils import (
     is_flytekit_available,
 )
 
-from ..cli import ArgumentParser, positive_float, positive_int
+from ..cli import ArgumentParser, non_negative_int, positive_float, positive_int
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..presets import TRAINING_PRESETS, TrainingPreset
 from ..training import TrainingSettings, run_training
@@ -178,7 +178,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     training = parser.add_argument_group("training (default: the preset's)")
     training.add_argument("--max-steps", type=positive_int, help="optimizer updates at most")
     training.add_argument("--max-minutes", type=positive_float, help="stop after this much training time")
-    training.add_argument("--max-tokens", type=positive_int, help="source/target tokens per micro-batch")
+    training.add_argument(
+        "--max-tokens", type=positive_int, help="source/target tokens at most, per device and micro-batch"
+    )
     training.add_argument(
         "--tokens-per-step", type=positive_int, help="source/target tokens per optimizer step, all devices"
     )
@@ -196,6 +198,11 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--bf16", action=argparse.BooleanOptionalAction, help="bf16 autocast; --no-bf16: float32 throughout"
     )
     training.add_argument(
+        "--dataloader-workers",
+        type=non_negative_int,
+        help="data-loading processes per device (default: 2 on a GPU, 0 on a CPU)",
+    )
+    training.add_argument(
         "--report-to",
         choices=REPORT_TO,
         default="none",
@@ -207,6 +214,11 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     evaluation.add_argument("--num-beams", type=positive_int, default=4, help="beam size of the BLEU runs")
     evaluation.add_argument(
         "--eval-batch-size", type=positive_int, default=64, help="sentences per batch in evaluation"
+    )
+    evaluation.add_argument(
+        "--eval-bleu",
+        action="store_true",
+        help="dev BLEU (beam search, sacreBLEU) at every dev evaluation during training, not only at the end",
     )
     evaluation.add_argument(
         "--max-eval-sentences", type=positive_int, help="translate only the first N dev and test sentences"
