@@ -19,7 +19,6 @@
 import json
 import logging as python_logging
 import math
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
@@ -30,16 +29,14 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import PartialState
-from accelerate.utils import broadcast_object_list
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
-    TrainerCallback,
 )
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import EvalPrediction, seed_worker
 from transformers.utils import is_torch_tf32_available, logging
 
@@ -52,6 +49,8 @@ from .evaluation import corpus_bleu
 from .generation_vanilla_transformer import paper_generation_config
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .presets import TRAINING_PRESETS, TrainingPreset
+from .progress import DevLossCallback, TrainingClock, TrainingProgressBar
+from .resume import RECIPE_FILE, check_same_model, check_same_recipe, find_resume_checkpoint, recipe_record
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
 from .translation import translate
@@ -59,7 +58,6 @@ from .translation import translate
 TOKENIZER_DIR = "tokenizer"
 FINAL_MODEL_DIR = "model"
 RESULTS_FILE = "results.json"
-RECIPE_FILE = "training_recipe.json"
 # Data-loading worker processes per device when not given: enough to collate the next batches while the GPU
 # computes. On a CPU the workers would take cores from the computation itself.
 GPU_DATALOADER_WORKERS = 2
@@ -155,110 +153,6 @@ class TrainingSettings:
                 f"{self.dataloader_workers}."
             )
         return self.dataloader_workers
-
-
-class TrainingClock(TrainerCallback, ExportableState):
-    """Measures the run across resumes: its wall time in training (`seconds`, dev evaluations included), the
-    part of it spent on dev evaluations (`eval_seconds`) and the target tokens trained on, over all
-    processes (`target_tokens`). The figures are saved in every checkpoint's `trainer_state.json` and taken
-    up again from the checkpoint a run resumes from.
-
-    With `max_minutes`, ends training, with a checkpoint, once the run has trained that long, counting every
-    segment: a budget in time rather than steps gives the same run length on machines of any speed. The
-    budget is checked after every step.
-    """
-
-    def __init__(self, max_minutes: float | None = None) -> None:
-        self.max_minutes = max_minutes
-        self.seconds = 0.0
-        self.eval_seconds = 0.0
-        self.target_tokens = 0
-        # While training: when this segment of the run began; `seconds` then holds the segments before it.
-        self._segment_started: float | None = None
-        # This process's target tokens since the last sum over processes, on the device, so that counting
-        # does not wait for the GPU.
-        self._uncounted: torch.Tensor | int = 0
-
-    def state(self) -> dict[str, Any]:
-        # No constructor arguments: a resumed run may set another budget.
-        return {
-            "args": {},
-            "attributes": {
-                "seconds": self.elapsed(),
-                "eval_seconds": self.eval_seconds,
-                "target_tokens": self.target_tokens,
-            },
-        }
-
-    def elapsed(self) -> float:
-        """Seconds of training so far, over every segment of the run."""
-        if self._segment_started is None:
-            return self.seconds
-        return self.seconds + time.monotonic() - self._segment_started
-
-    @property
-    def train_seconds(self) -> float:
-        """Seconds of training without the dev evaluations, over every segment of the run."""
-        return self.elapsed() - self.eval_seconds
-
-    def count_targets(self, labels: torch.Tensor) -> None:
-        """Adds the target tokens of a micro-batch of this process (labels other than -100)."""
-        self._uncounted = self._uncounted + labels.ne(-100).sum()
-
-    def on_train_begin(self, args, state, control, **kwargs) -> None:
-        # A fresh run's state holds this clock's zeros; a resumed one, the figures of its checkpoint (or
-        # nothing, for checkpoints saved without a clock: then they count from here on).
-        saved = state.stateful_callbacks.setdefault(type(self).__name__, self.state())["attributes"]
-        self.seconds, self.eval_seconds = saved["seconds"], saved["eval_seconds"]
-        self.target_tokens = saved["target_tokens"]
-        self._segment_started = time.monotonic()
-        if self._budget_spent() and state.is_world_process_zero:
-            logger.warning(
-                f"The run has trained for {self.seconds / 60:.1f} minutes already, its whole --max-minutes "
-                f"budget of {self.max_minutes:g} (which counts every resumed segment): it stops after one "
-                "more step. Raise --max-minutes to train for longer."
-            )
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if self.max_minutes is not None:
-            # Every process must stop at the same step, so the main process decides for all.
-            stop = torch.tensor(float(self._budget_spent()), device=args.device)
-            if args.world_size > 1:
-                torch.distributed.broadcast(stop, src=0)
-            if stop.item():
-                control.should_training_stop = True
-                control.should_save = True
-        if control.should_save:
-            self._sum_over_processes(args)
-
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
-        if self._segment_started is not None and metrics and "eval_runtime" in metrics:
-            self.eval_seconds += metrics["eval_runtime"]
-
-    def on_train_end(self, args, state, control, **kwargs) -> None:
-        self._sum_over_processes(args)
-        self.seconds, self._segment_started = self.elapsed(), None
-
-    def _budget_spent(self) -> bool:
-        return self.max_minutes is not None and self.elapsed() > self.max_minutes * 60
-
-    def _sum_over_processes(self, args) -> None:
-        # A collective: every process calls it at the same step (all save at the same steps and end together).
-        uncounted = torch.as_tensor(self._uncounted, device=args.device)
-        if args.world_size > 1:
-            torch.distributed.all_reduce(uncounted)
-        self.target_tokens += int(uncounted)
-        self._uncounted = 0
-
-
-class DevLossCallback(TrainerCallback):
-    """Logs a line for every dev evaluation (loss, and BLEU when scored), so that a long run is readable
-    without the progress bars."""
-
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs) -> None:
-        if state.is_world_process_zero and metrics and "eval_loss" in metrics:
-            bleu = f", dev BLEU {metrics['eval_bleu']:.2f}" if "eval_bleu" in metrics else ""
-            logger.info(f"step {state.global_step}: dev loss {metrics['eval_loss']:.4f}{bleu}")
 
 
 def _dev_bleu(tokenizer: PreTrainedTokenizerBase, prediction: EvalPrediction) -> dict[str, float]:
@@ -364,130 +258,6 @@ def _batch_layout(recipe: TrainingPreset, world_size: int) -> tuple[int, int]:
     together hold more than a step, each takes its share of the step instead (8 GPUs: the paper's 3125)."""
     accumulation = math.ceil(recipe.tokens_per_step / (recipe.max_tokens * world_size))
     return math.ceil(recipe.tokens_per_step / (world_size * accumulation)), accumulation
-
-
-def _latest_complete_checkpoint(output_dir: Path) -> Path | None:
-    """The newest checkpoint that was written to the end. Trainer writes `trainer_state.json` last, so a
-    folder without a readable one is what a kill during saving left: it is set aside, not resumed from."""
-    for checkpoint in reversed(last_checkpoints(output_dir, k=None)):
-        try:
-            json.loads((checkpoint / "trainer_state.json").read_text())
-            return checkpoint
-        except (OSError, ValueError):
-            aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
-            logger.warning(
-                f"{checkpoint} was not written completely (killed while saving?); moved to {aside}."
-            )
-            checkpoint.rename(aside)
-    return None
-
-
-def _look_for_checkpoints(output_dir: Path, resume: bool) -> tuple[bool, Path | None]:
-    """Whether `output_dir` holds checkpoints, and (when resuming) the one to resume from."""
-    has_checkpoints = output_dir.is_dir() and bool(last_checkpoints(output_dir, k=None))
-    return has_checkpoints, _latest_complete_checkpoint(output_dir) if resume and has_checkpoints else None
-
-
-def _check_resumable(output_dir: Path, resume: bool, state: PartialState) -> Path | None:
-    """The checkpoint to resume from; refuses to train over checkpoints unless asked to resume.
-
-    Only the main process looks, and sets incomplete checkpoints aside, while the others wait for its answer:
-    processes renaming the same folder at once would crash, and all must resume from the same checkpoint."""
-    found = [_look_for_checkpoints(output_dir, resume) if state.is_main_process else None]
-    has_checkpoints, last = broadcast_object_list(found)[0]
-    if not resume:
-        if has_checkpoints:
-            raise FileExistsError(
-                f"{output_dir} already holds checkpoints. Pass --resume to continue that run, or choose "
-                "another --output-dir: a new run would overwrite them."
-            )
-        return None
-    if last is None:
-        raise FileNotFoundError(f"--resume: no complete checkpoint-N folder in {output_dir} to resume from.")
-    logger.info(f"Resuming from {last}")
-    return last
-
-
-# Config keys that say how a run was saved or runs, not which model it builds: a resumed run may differ in
-# them (fast_dropout_masks is a run-time switch that some saved configs carry).
-_NOT_THE_MODEL = frozenset(
-    (
-        "architectures",
-        "auto_map",
-        "transformers_version",
-        "dtype",
-        "_name_or_path",
-        "use_cache",
-        "fast_dropout_masks",
-    )
-)
-
-
-def _differences(saved: dict[str, Any], current: dict[str, Any], ignored: frozenset[str], where: str) -> str:
-    """'key: saved in <where>, current now' for every key whose value differs, joined with '; '."""
-    return "; ".join(
-        sorted(
-            f"{key}: {saved.get(key)!r} in {where}, {current.get(key)!r} now"
-            for key in (saved.keys() | current.keys()) - ignored
-            if saved.get(key) != current.get(key)
-        )
-    )
-
-
-def _check_same_run(checkpoint: Path, config: VanillaTransformerConfig) -> None:
-    """A resumed run must build the same model it saved: otherwise the weights cannot be loaded."""
-    saved = VanillaTransformerConfig.from_pretrained(checkpoint).to_diff_dict()
-    differences = _differences(saved, config.to_diff_dict(), _NOT_THE_MODEL, "the checkpoint")
-    if differences:
-        raise ValueError(
-            f"Cannot resume from {checkpoint}: its model differs from this run's ({differences}). "
-            "Resume with the settings of the original run, or start a new --output-dir."
-        )
-
-
-# Recipe fields a resumed run may change: how long it goes on and how it saves and evaluates. The rest
-# shape its batches, schedule and numerics, so changing them midway would not continue the same run.
-_MAY_CHANGE_ON_RESUME = frozenset(
-    ("max_steps", "max_minutes", "save_steps", "keep_checkpoints", "average_checkpoints", "eval_steps")
-)
-
-
-# Checked elsewhere: the model against the checkpoint's config (`_check_same_run`); and a resumed run keeps
-# its own tokenizer, whatever the vocabulary size asked for.
-_NOT_THE_RECIPE = frozenset(("model_preset", "model_overrides", "vocab_size"))
-
-
-def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, world_size: int) -> dict[str, Any]:
-    fields = {key: value for key, value in asdict(recipe).items() if key not in _NOT_THE_RECIPE}
-    return {"preset": settings.preset, "seed": settings.seed, "world_size": world_size, **fields}
-
-
-def _check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
-    """A resumed run must train as the run it continues did: `--resume` with another preset (or another
-    batch size, warm-up, ...) would otherwise carry on silently with other batches and another schedule,
-    and on another number of processes it would skip other batches than those already trained on (each
-    process takes its own share of every epoch's batches). Folders from before the recipe was recorded are
-    not checked, nor the number of processes of runs recorded without it."""
-    recorded_file = output_dir / RECIPE_FILE
-    if not recorded_file.is_file():
-        return
-    recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
-    world_size = recorded.get("world_size", record["world_size"])
-    if world_size != record["world_size"]:
-        raise ValueError(
-            f"Cannot resume {output_dir} on {record['world_size']} process(es): it was trained on "
-            f"{world_size}, and each process takes its own share of every epoch's batches, so another "
-            "number would skip other batches than those already trained on. Resume with "
-            f"{world_size} process(es) (e.g. accelerate launch --num_processes {world_size}), or start a new "
-            "--output-dir."
-        )
-    differences = _differences(recorded, record, _MAY_CHANGE_ON_RESUME | {"world_size"}, "the run")
-    if differences:
-        raise ValueError(
-            f"Cannot resume {output_dir} with another recipe ({differences}). Resume with the "
-            f"original run's settings (--preset {recorded.get('preset')} and the same flags; only "
-            f"{', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new --output-dir."
-        )
 
 
 def _same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
@@ -636,10 +406,10 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     output_dir = Path(settings.output_dir)
     state = PartialState(cpu=not torch.cuda.is_available())
     _show_progress(state.is_main_process)
-    checkpoint = _check_resumable(output_dir, settings.resume, state)
-    record = _recipe_record(settings, recipe, state.num_processes)
+    checkpoint = find_resume_checkpoint(output_dir, settings.resume, state)
+    record = recipe_record(settings.preset, settings.seed, recipe, state.num_processes)
     if checkpoint is not None:
-        _check_same_recipe(output_dir, record)
+        check_same_recipe(output_dir, record)
     if checkpoint is None and state.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / RECIPE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -655,7 +425,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     tokenizer = _prepare_tokenizer(settings, recipe, output_dir, train_texts, checkpoint is not None)
     model = _build_model(settings, recipe, tokenizer)
     if checkpoint is not None:
-        _check_same_run(checkpoint, model.config)
+        check_same_model(checkpoint, model.config)
 
     train_dataset = tokenize_pairs(
         train_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
@@ -710,10 +480,14 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         max_tokens=micro_batch_tokens,
         clock=clock,
     )
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(TrainingProgressBar(clock))
     millions = sum(p.numel() for p in model.parameters()) / 1e6
     logger.info(
         f"Training {recipe.model_preset} ({millions:.1f}M parameters) "
-        f"on {len(train_dataset):,} pairs: {recipe.max_steps} steps of ~{recipe.tokens_per_step} tokens "
+        f"on {len(train_dataset):,} pairs: {recipe.max_steps} steps"
+        + (f" or {recipe.max_minutes:g} minutes, whichever ends first," if recipe.max_minutes else "")
+        + f" of ~{recipe.tokens_per_step} tokens "
         f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {state.num_processes} "
         f"process(es)), warmup {recipe.warmup_steps}, {precision if precision != 'no' else 'float32'}, "
         f"output {output_dir}"

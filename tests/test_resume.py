@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_training import settings, write_corpus
 
-from hf_vanilla_transformer import training
+from hf_vanilla_transformer import resume, training
 from hf_vanilla_transformer.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.data import load_parallel_data, tokenize_pairs
 from hf_vanilla_transformer.presets import TRAINING_PRESETS
@@ -68,7 +68,7 @@ def test_two_processes_train_resume_over_an_incomplete_checkpoint_and_refuse_one
     assert "256 per micro-batch x 1 accumulation x 2 process(es)" in first.stderr
     # Both processes translate their share of the dev set; the Trainer gathers the translations.
     assert "step 2: dev loss" in first.stderr and ", dev BLEU" in first.stderr
-    assert json.loads((out / training.RECIPE_FILE).read_text())["world_size"] == 2
+    assert json.loads((out / resume.RECIPE_FILE).read_text())["world_size"] == 2
     assert clock(out / "checkpoint-2")["target_tokens"] > 0
 
     # A kill while checkpoint-3 was being saved: both processes find it, the main one alone sets it aside.
@@ -99,13 +99,13 @@ def test_a_run_resumed_on_one_process_refuses_two(corpus, tmp_path):
 
 def test_recipes_recorded_without_the_number_of_processes_resume_on_any(corpus, tmp_path):
     run = settings(corpus, tmp_path)
-    record = training._recipe_record(run, run.recipe(), world_size=2)
-    (tmp_path / training.RECIPE_FILE).write_text(json.dumps({**record, "world_size": 1}))
+    record = resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=2)
+    (tmp_path / resume.RECIPE_FILE).write_text(json.dumps({**record, "world_size": 1}))
     with pytest.raises(ValueError, match="it was trained on 1"):
-        training._check_same_recipe(tmp_path, record)
+        resume.check_same_recipe(tmp_path, record)
     del record["world_size"]
-    (tmp_path / training.RECIPE_FILE).write_text(json.dumps(record))
-    training._check_same_recipe(tmp_path, training._recipe_record(run, run.recipe(), world_size=2))
+    (tmp_path / resume.RECIPE_FILE).write_text(json.dumps(record))
+    resume.check_same_recipe(tmp_path, resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=2))
 
 
 def test_the_time_budget_and_tokens_per_second_cover_every_segment(corpus, tmp_path):

@@ -1,0 +1,145 @@
+"""Resuming a training run after a crash: which checkpoint to continue from, and the checks that a resumed
+run is the run it continues (the same model, recipe and number of processes), recorded in
+`training_recipe.json` when the run starts."""
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
+from transformers.utils import logging
+
+from .averaging import last_checkpoints
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .presets import TrainingPreset
+
+RECIPE_FILE = "training_recipe.json"
+
+logger = logging.get_logger(__name__)
+
+
+def latest_complete_checkpoint(output_dir: Path) -> Path | None:
+    """The newest checkpoint that was written to the end. Trainer writes `trainer_state.json` last, so a
+    folder without a readable one is what a kill during saving left: it is set aside, not resumed from."""
+    for checkpoint in reversed(last_checkpoints(output_dir, k=None)):
+        try:
+            json.loads((checkpoint / "trainer_state.json").read_text())
+            return checkpoint
+        except (OSError, ValueError):
+            aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
+            logger.warning(
+                f"{checkpoint} was not written completely (killed while saving?); moved to {aside}."
+            )
+            checkpoint.rename(aside)
+    return None
+
+
+def _look_for_checkpoints(output_dir: Path, resume: bool) -> tuple[bool, Path | None]:
+    """Whether `output_dir` holds checkpoints, and (when resuming) the one to resume from."""
+    has_checkpoints = output_dir.is_dir() and bool(last_checkpoints(output_dir, k=None))
+    return has_checkpoints, latest_complete_checkpoint(output_dir) if resume and has_checkpoints else None
+
+
+def find_resume_checkpoint(output_dir: Path, resume: bool, state: PartialState) -> Path | None:
+    """The checkpoint to resume from; refuses to train over checkpoints unless asked to resume.
+
+    Only the main process looks, and sets incomplete checkpoints aside, while the others wait for its answer:
+    processes renaming the same folder at once would crash, and all must resume from the same checkpoint."""
+    found = [_look_for_checkpoints(output_dir, resume) if state.is_main_process else None]
+    has_checkpoints, last = broadcast_object_list(found)[0]
+    if not resume:
+        if has_checkpoints:
+            raise FileExistsError(
+                f"{output_dir} already holds checkpoints. Pass --resume to continue that run, or choose "
+                "another --output-dir: a new run would overwrite them."
+            )
+        return None
+    if last is None:
+        raise FileNotFoundError(f"--resume: no complete checkpoint-N folder in {output_dir} to resume from.")
+    logger.info(f"Resuming from {last}")
+    return last
+
+
+# Config keys that say how a run was saved or runs, not which model it builds: a resumed run may differ in
+# them (fast_dropout_masks is a run-time switch that some saved configs carry).
+_NOT_THE_MODEL = frozenset(
+    (
+        "architectures",
+        "auto_map",
+        "transformers_version",
+        "dtype",
+        "_name_or_path",
+        "use_cache",
+        "fast_dropout_masks",
+    )
+)
+
+
+def _differences(saved: dict[str, Any], current: dict[str, Any], ignored: frozenset[str], where: str) -> str:
+    """'key: saved in <where>, current now' for every key whose value differs, joined with '; '."""
+    return "; ".join(
+        sorted(
+            f"{key}: {saved.get(key)!r} in {where}, {current.get(key)!r} now"
+            for key in (saved.keys() | current.keys()) - ignored
+            if saved.get(key) != current.get(key)
+        )
+    )
+
+
+def check_same_model(checkpoint: Path, config: VanillaTransformerConfig) -> None:
+    """A resumed run must build the same model it saved: otherwise the weights cannot be loaded."""
+    saved = VanillaTransformerConfig.from_pretrained(checkpoint).to_diff_dict()
+    differences = _differences(saved, config.to_diff_dict(), _NOT_THE_MODEL, "the checkpoint")
+    if differences:
+        raise ValueError(
+            f"Cannot resume from {checkpoint}: its model differs from this run's ({differences}). "
+            "Resume with the settings of the original run, or start a new --output-dir."
+        )
+
+
+# Recipe fields a resumed run may change: how long it goes on and how it saves and evaluates. The rest
+# shape its batches, schedule and numerics, so changing them midway would not continue the same run.
+_MAY_CHANGE_ON_RESUME = frozenset(
+    ("max_steps", "max_minutes", "save_steps", "keep_checkpoints", "average_checkpoints", "eval_steps")
+)
+
+
+# Checked elsewhere: the model against the checkpoint's config (`check_same_model`); and a resumed run keeps
+# its own tokenizer, whatever the vocabulary size asked for.
+_NOT_THE_RECIPE = frozenset(("model_preset", "model_overrides", "vocab_size"))
+
+
+def recipe_record(preset: str, seed: int, recipe: TrainingPreset, world_size: int) -> dict[str, Any]:
+    """What `training_recipe.json` records of a run: its preset, seed, number of processes and recipe."""
+    fields = {key: value for key, value in asdict(recipe).items() if key not in _NOT_THE_RECIPE}
+    return {"preset": preset, "seed": seed, "world_size": world_size, **fields}
+
+
+def check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
+    """A resumed run must train as the run it continues did: `--resume` with another preset (or another
+    batch size, warm-up, ...) would otherwise carry on silently with other batches and another schedule,
+    and on another number of processes it would skip other batches than those already trained on (each
+    process takes its own share of every epoch's batches). Folders from before the recipe was recorded are
+    not checked, nor the number of processes of runs recorded without it."""
+    recorded_file = output_dir / RECIPE_FILE
+    if not recorded_file.is_file():
+        return
+    recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+    world_size = recorded.get("world_size", record["world_size"])
+    if world_size != record["world_size"]:
+        raise ValueError(
+            f"Cannot resume {output_dir} on {record['world_size']} process(es): it was trained on "
+            f"{world_size}, and each process takes its own share of every epoch's batches, so another "
+            "number would skip other batches than those already trained on. Resume with "
+            f"{world_size} process(es) (e.g. accelerate launch --num_processes {world_size}), or start a new "
+            "--output-dir."
+        )
+    differences = _differences(recorded, record, _MAY_CHANGE_ON_RESUME | {"world_size"}, "the run")
+    if differences:
+        raise ValueError(
+            f"Cannot resume {output_dir} with another recipe ({differences}). Resume with the "
+            f"original run's settings (--preset {recorded.get('preset')} and the same flags; only "
+            f"{', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new --output-dir."
+        )
