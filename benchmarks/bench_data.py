@@ -2,7 +2,7 @@
 
     python benchmarks/bench_data.py                        # 1M pairs (~10 min on 2 busy cores)
     python benchmarks/bench_data.py --pairs 1000000 4500000
-    python benchmarks/bench_data.py --quick                # 20k pairs, seconds: what the tests run
+    python benchmarks/bench_data.py --quick                # 5k pairs, seconds: what the tests run
 
 The corpus is the shipped Multi30k training set (29k pairs) repeated up to `--pairs` lines, each repetition
 in its own shuffled order and numbered (its number appended to both sides), written as `train.en` /
@@ -199,7 +199,7 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--quick", action="store_true", help="20k pairs: a smoke test")
+    parser.add_argument("--quick", action="store_true", help="5k pairs: a smoke test")
     parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results_data.json"))
     parser.add_argument(
         "--child", nargs=3, metavar=("PREFIX", "TOKENIZER", "NUM_PROC"), help=argparse.SUPPRESS
@@ -210,7 +210,7 @@ def main() -> None:
         print(json.dumps(prepare(prefix, tokenizer_dir, int(num_proc), args.max_length, args.max_tokens)))
         return
     if args.quick:
-        args.pairs, args.vocab_size = [20_000], 1000
+        args.pairs, args.vocab_size = [5_000], 500
 
     from _common import machine_line, write_result
 

@@ -55,9 +55,9 @@ def test_bench_train_quick_runs_and_loss_curves_match(tmp_path):
 @pytest.mark.slow
 def test_bench_data_quick_prepares_then_reads_the_cache(tmp_path):
     result = run("bench_data.py", tmp_path, "--num-proc", "1")
-    size = result["sizes"]["20000"]
-    assert size["bpe"]["vocab_size"] == 1000
+    size = result["sizes"]["5000"]
+    assert size["bpe"]["vocab_size"] == 500
     first, cached = size["num_proc_1"]["first"], size["num_proc_1"]["cached"]
-    assert first["pairs"] == cached["pairs"] == 20000
+    assert first["pairs"] == cached["pairs"] == 5000
     assert first["batches"] == cached["batches"] > 0
     assert first["peak_rss_mib"] > 0 and first["cache_mib"] > 0
