@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import MarianConfig, MarianMTModel
+from tokenizers import Tokenizer, models
+from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.conversion import convert_marian
@@ -59,6 +60,21 @@ SIZES = {
     # For --quick runs and the test suite: seconds, not minutes.
     "tiny": Size(64, 2, 4, 128, 1000),
 }
+
+
+def token_names(vocab: int) -> list[str]:
+    """Names for the ids of the benchmark models' vocabulary, in opus-mt's layout (see `marian_config`):
+    engines that read tokens by name (CTranslate2) get these."""
+    return ["</s>", "<unk>", *(f"t{i}" for i in range(FIRST_ORDINARY, vocab - 1)), "<pad>"]
+
+
+def names_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
+    """A tokenizer over `token_names(vocab)`, one name per id: what the exporters read the vocabulary from."""
+    names = token_names(vocab)
+    word_level = models.WordLevel({name: index for index, name in enumerate(names)}, unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(word_level), unk_token="<unk>", eos_token="</s>", pad_token="<pad>"
+    )
 
 
 def marian_config(size: Size, dropout: float = 0.1) -> MarianConfig:

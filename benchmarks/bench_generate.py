@@ -15,10 +15,13 @@ processors (each copies the [beams x vocabulary] scores twice per step) to the w
 Each round runs every engine once in alternating order; a speed-up is the median over rounds of
 t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
 
-CTranslate2, when installed (`pip install ctranslate2`, or the `bench` extra), is converted from the same
-Marian model and run as a third column in float32 and int8; its outputs are compared with Marian's but
-not required to match (different kernels). `--int8` adds ours with torch's dynamic int8 quantization of
-the linear layers, with its agreement with the fp32 outputs as token accuracy and BLEU.
+Exported engines, where installed (`pip install -e .[export]`): ours exported by this package's exporters
+(`export.export_ctranslate2` in float32 and int8, translated through `engines.CTranslate2Seq2SeqLM`;
+`export.export_onnx`, through `engines.OnnxSeq2SeqLM`), and the Marian model converted by CTranslate2's own
+Marian converter (`ct2-marian-*`). CTranslate2 and ONNX Runtime get as many threads as torch. A missing
+engine skips its columns with the reason in `notes`. Their outputs are compared with Marian's but not
+required to match (other kernels; int8 weights). `--int8` adds ours with torch's dynamic int8
+quantization of the linear layers, with its agreement with the fp32 outputs as token accuracy and BLEU.
 """
 
 import argparse
@@ -41,12 +44,21 @@ from _common import (  # noqa: E402
     format_table,
     machine_line,
     model_pair,
+    names_tokenizer,
     size_dict,
     timed,
+    token_names,
     write_result,
 )
 
 from hf_vanilla_transformer import cpu_speedups  # noqa: E402
+from hf_vanilla_transformer.engines import CTranslate2Seq2SeqLM, OnnxSeq2SeqLM  # noqa: E402
+from hf_vanilla_transformer.export import (  # noqa: E402
+    ExportError,
+    ExportSource,
+    export_ctranslate2,
+    export_onnx,
+)
 from hf_vanilla_transformer.translation import quantize_int8  # noqa: E402
 
 SEARCHES = {"beam4": 4, "greedy": 1}
@@ -93,8 +105,7 @@ class CTranslate2Engine:
         from ctranslate2.converters import Converter
         from ctranslate2.converters.transformers import MarianMTLoader
 
-        vocab = marian.config.vocab_size
-        names = ["</s>", "<unk>", *(f"t{i}" for i in range(2, vocab - 1)), "<pad>"]
+        names = token_names(marian.config.vocab_size)
 
         class Vocabulary:  # what the loader reads from a tokenizer
             eos_token, unk_token = "</s>", "<unk>"
@@ -110,7 +121,7 @@ class CTranslate2Engine:
             def _load(self):  # noqa: ANN202
                 return spec
 
-        path = workdir / compute_type
+        path = workdir / f"marian-{compute_type}"
         quantization = None if compute_type == "float32" else compute_type
         FromSpec().convert(str(path), quantization=quantization, force=True)
         self.names = names
@@ -156,6 +167,31 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> dict[str, float]:
     return result
 
 
+def exported_engines(
+    ours: torch.nn.Module, size: Size, args: argparse.Namespace, workdir: Path, notes: list[str]
+) -> dict[str, torch.nn.Module | CTranslate2Seq2SeqLM]:
+    """Ours exported to CTranslate2 (float32, int8) and ONNX, loaded with torch's thread count; an export
+    that cannot be made (engine not installed) is left out, with the reason added to `notes`."""
+    source = ExportSource(ours, names_tokenizer(size.vocab), name="ours, random weights")
+    threads = torch.get_num_threads()
+    loaders = {}
+    if not args.no_ctranslate2:
+        for quantization in ("float32", "int8"):
+            loaders[f"ours-ct2-{quantization}"] = lambda out, q=quantization: CTranslate2Seq2SeqLM(
+                export_ctranslate2(source, out, quantization=q), threads=threads
+            )
+    if not args.no_onnx:
+        loaders["ours-onnx"] = lambda out: OnnxSeq2SeqLM(export_onnx(source, out), threads=threads)
+    engines = {}
+    for engine, load in loaders.items():
+        try:
+            engines[engine] = load(workdir / engine)
+        except ExportError as error:
+            notes.append(f"{engine} skipped: {error}")
+            print(notes[-1], file=sys.stderr)
+    return engines
+
+
 def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -> dict:
     marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
     marian.eval()
@@ -181,12 +217,14 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
         try:
             for compute_type in ("float32", "int8"):
                 engine = CTranslate2Engine(marian, compute_type, workdir / name)
-                engines[f"ct2-{compute_type}"] = (
+                engines[f"ct2-marian-{compute_type}"] = (
                     lambda beams, e=engine: e.generate(inputs, beams, args.new_tokens, min_tokens)  # noqa: B008
                 )
         except ImportError:
             notes.append("CTranslate2 is not installed: its columns are skipped (pip install ctranslate2).")
             print(notes[-1], file=sys.stderr)
+    for engine, model in exported_engines(ours, size, args, workdir / name, notes).items():
+        engines[engine] = lambda beams, m=model: hf_generate(m, inputs, beams, args.new_tokens, min_tokens)
 
     searches = {}
     for search in args.searches:
@@ -240,7 +278,8 @@ def main(argv: list[str] | None = None) -> dict:
         help="how outputs are forced to --new-tokens tokens (see above)",
     )
     parser.add_argument("--int8", action="store_true", help="also ours with dynamic int8 linear layers")
-    parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--no-ctranslate2", action="store_true", help="no CTranslate2 columns")
+    parser.add_argument("--no-onnx", action="store_true", help="no ONNX Runtime column")
     parser.add_argument("--output", default="benchmarks/results_generate.json")
     args = parser.parse_args(argv)
     if args.quick:
