@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import PartialState
+from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
@@ -265,7 +266,11 @@ def _same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> 
 
 
 def _prepare_tokenizer(
-    settings: TrainingSettings, recipe: TrainingPreset, output_dir: Path, train_texts: Any, resuming: bool
+    settings: TrainingSettings,
+    recipe: TrainingPreset,
+    output_dir: Path,
+    train_pairs: Dataset,
+    resuming: bool,
 ) -> PreTrainedTokenizerBase:
     """The shared source-target BPE vocabulary of Section 5.1: the run's own (when resuming), the one
     given, the fine-tuned model's, or a new one trained on the training data (main process only)."""
@@ -284,7 +289,7 @@ def _prepare_tokenizer(
         if requested is not None:
             tokenizer = load_tokenizer(requested)
         elif state.is_main_process:
-            tokenizer = train_shared_bpe_tokenizer(train_texts(), vocab_size=recipe.vocab_size)
+            tokenizer = train_shared_bpe_tokenizer(train_pairs, vocab_size=recipe.vocab_size)
         else:
             tokenizer = load_tokenizer(saved_dir)
         if state.is_main_process:
@@ -418,11 +423,8 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     dev_pairs = _load_split(settings, settings.dev, settings.dev_target, settings.dev_split)
     test_pairs = _load_split(settings, settings.test, settings.test_target, settings.test_split)
 
-    def train_texts():
-        yield from train_pairs["src"]
-        yield from train_pairs["tgt"]
-
-    tokenizer = _prepare_tokenizer(settings, recipe, output_dir, train_texts, checkpoint is not None)
+    # Both sides of the training pairs, read in Arrow batches.
+    tokenizer = _prepare_tokenizer(settings, recipe, output_dir, train_pairs, checkpoint is not None)
     model = _build_model(settings, recipe, tokenizer)
     if checkpoint is not None:
         check_same_model(checkpoint, model.config)
