@@ -28,7 +28,7 @@ case "${1:-}" in
     demo)
         setup
         shift
-        "$VENV/bin/python" scripts/train.py --preset cpu-demo --output-dir "${DEMO_DIR:-runs/demo}" "$@"
+        "$VENV/bin/vanilla-transformer" train --preset cpu-demo --output-dir "${DEMO_DIR:-runs/demo}" "$@"
         ;;
     test)
         setup
