@@ -55,6 +55,6 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # more updates, and a short warm-up to a peak learning rate of 1e-3 (a fifth of Eq. 3's at step 150)
     # learned as fast as Eq. 3 at full scale and decoded far better, without runaway repetition.
     "cpu-demo": TrainingPreset(
-        "base", DEMO_MODEL, 900, 2048, 2048, 150, 5000, 100, 2, 2, 300, lr_scale=0.2, bf16=True
+        "base", DEMO_MODEL, 850, 2048, 2048, 150, 5000, 100, 2, 2, 300, lr_scale=0.2, bf16=True
     ),
 }
