@@ -310,8 +310,9 @@ def plot_attention(maps: AttentionMaps, kind: str, path: str | Path | None = Non
 
 def plot_alignment(maps: AttentionMaps, path: str | Path | None = None) -> tuple[Figure, np.ndarray]:
     """Encoder-decoder attention (Section 3.2.3) averaged over the heads of each layer: one panel per layer,
-    output tokens on the vertical axis, source tokens on the horizontal one. Returns the figure and the
-    averaged weights, shaped (layers, target tokens, source tokens)."""
+    the decoder's input tokens (the start token and the output so far) on the vertical axis, so that each
+    row is the attention that produced the next output token, and source tokens on the horizontal one.
+    Returns the figure and the averaged weights, shaped (layers, target tokens, source tokens)."""
     alignment = maps.cross.mean(axis=1)
     layers = alignment.shape[0]
     width = max(3.0, 0.36 * len(maps.source_tokens) + 1.4)
@@ -326,7 +327,10 @@ def plot_alignment(maps: AttentionMaps, path: str | Path | None = None) -> tuple
         if layer:
             axes.tick_params(labelleft=False)
     figure.colorbar(image, ax=panels, shrink=0.6, label="attention weight")
-    figure.suptitle("Encoder-decoder attention (rows: output tokens, columns: source tokens)")
+    figure.suptitle(
+        "Encoder-decoder attention (rows: the decoder's input tokens, each row producing the next one; "
+        "columns: source tokens)"
+    )
     if path is not None:
         save_figure(figure, path)
     return figure, alignment

@@ -44,8 +44,8 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument(
         "--sentence",
-        default="A little girl climbing into a wooden playhouse.",
-        help="source sentence of the alignment figure",
+        default="A group of people standing in front of an igloo.",
+        help="source sentence of the alignment figure (default: one from Multi30k's test_2016_flickr)",
     )
     parser.add_argument(
         "--run", type=Path, nargs="*", default=[], help="output folders of `vanilla-transformer train` runs"
