@@ -60,8 +60,8 @@ def clock(checkpoint: Path) -> dict[str, float]:
 def test_two_processes_train_resume_over_an_incomplete_checkpoint_and_refuse_one(corpus, tmp_path):
     out = tmp_path / "run"
     two = settings(
-        corpus, out, max_steps=2, save_steps=1, max_tokens=256, tokens_per_step=512, dev=str(corpus / "val"),
-        eval_steps=2, eval_bleu=True, max_eval_sentences=4,
+        corpus, out, max_steps=2, save_steps=1, keep_checkpoints=4, max_tokens=256, tokens_per_step=512,
+        dev=str(corpus / "val"), eval_steps=2, eval_bleu=True, max_eval_sentences=4,
     )  # fmt: skip
     first = launch(tmp_path, 2, two)
     assert first.returncode == 0, first.stderr[-3000:]

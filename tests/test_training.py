@@ -72,6 +72,7 @@ def test_train_average_translate_and_score(corpus, tmp_path):
     result = run_script(
         "train.py", "--output-dir", str(out), "--preset", "cpu-demo", *data_flags(corpus), *TINY,
         "--max-steps", "6", "--save-steps", "2", "--eval-steps", "3", "--average-checkpoints", "3",
+        "--keep-checkpoints", "3",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     # The run's progress and summary are logged (on stderr, as transformers logs).
