@@ -6,14 +6,12 @@ but the ratio of two runs a few seconds apart does not.
 """
 
 import argparse
-import ctypes
 import datetime
 import json
 import os
 import platform
 import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -155,47 +153,6 @@ def gemm_peaks(repeats: int = 5, m: int = 4096, k: int = 512, n: int = 2048) -> 
         for name, fn in paths.items():
             best[name] = max(best[name], flops / timed(fn) / 1e9)
     return best
-
-
-class PeakRSS:
-    """Peak resident memory while the block runs, sampled by a thread, relative to the start.
-
-    Both models live in one process, so the absolute RSS counts both; the growth during one training step
-    (activations, gradients, temporaries) is what differs between them. `malloc_trim` first returns freed
-    pages to the OS, so that the baseline is not inflated by the previous model's step.
-    """
-
-    def __init__(self, interval: float = 0.002) -> None:
-        self.interval = interval
-        self.peak_delta = 0
-        self.start_rss = 0
-
-    @staticmethod
-    def rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.rss())
-            time.sleep(self.interval)
-
-    def __enter__(self) -> "PeakRSS":
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except OSError:
-            pass
-        self.start_rss = self.peak = self.rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.rss())
-        self.peak_delta = self.peak - self.start_rss
 
 
 def machine_line() -> dict[str, str]:

@@ -25,15 +25,13 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-
-import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 MULTI30K = REPO / "data" / "multi30k"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _memory import MemoryPeaks  # noqa: E402
 
 
 def write_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
@@ -52,53 +50,6 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
             en.write("".join(f"{english[i]} {repetition}\n" for i in chosen))
             de.write("".join(f"{german[i]} {repetition}\n" for i in chosen))
     return folder / "train"
-
-
-def _memory(pid: int) -> tuple[int, int]:
-    """Resident and anonymous resident (not backed by a file) memory of a process, in bytes."""
-    fields = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            name, _, value = line.partition(":")
-            fields[name] = value
-    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["RssAnon"].split()[0]) * 1024
-
-
-class MemoryPeaks:
-    """Peak resident and anonymous memory of this process ("main") and of the largest of its children
-    ("workers", e.g. map's processes), sampled by a thread."""
-
-    def __init__(self, interval: float = 0.05) -> None:
-        self.interval = interval
-        self.rss = {"main": 0, "workers": 0}
-        self.anonymous = {"main": 0, "workers": 0}
-        self._stop = threading.Event()
-
-    def _sample_once(self) -> None:
-        main = psutil.Process()
-        for process in [main, *main.children(recursive=True)]:
-            try:
-                rss, anonymous = _memory(process.pid)
-            except (OSError, KeyError):  # the process ended while being read
-                continue
-            role = "main" if process.pid == main.pid else "workers"
-            self.rss[role] = max(self.rss[role], rss)
-            self.anonymous[role] = max(self.anonymous[role], anonymous)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self._sample_once()
-            time.sleep(self.interval)
-
-    def __enter__(self) -> "MemoryPeaks":
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample_once()
 
 
 def prepare(prefix: str, tokenizer_dir: str, num_proc: int, max_length: int, max_tokens: int) -> dict:

@@ -31,7 +31,6 @@ from _common import (  # noqa: E402
     EOS,
     FIRST_ORDINARY,
     SIZES,
-    PeakRSS,
     Size,
     benchmark_parser,
     format_table,
@@ -42,6 +41,7 @@ from _common import (  # noqa: E402
     timed,
     write_result,
 )
+from _memory import PeakRSS  # noqa: E402
 
 from hf_vanilla_transformer import cpu_speedups  # noqa: E402
 from hf_vanilla_transformer.schedule import build_paper_optimizer  # noqa: E402
