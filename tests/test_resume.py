@@ -160,7 +160,7 @@ def test_refused_settings(corpus, tmp_path):
 @pytest.mark.parametrize(
     ("preset", "processes", "layout"),
     [("base", 1, (12_500, 2)), ("base", 2, (12_500, 1)), ("base", 3, (8334, 1)), ("base", 8, (3125, 1)),
-     ("big", 1, (12_500, 2)), ("cpu-demo", 1, (2048, 1))],
+     ("big", 1, (12_500, 2)), ("cpu-demo", 1, (1024, 1))],
 )  # fmt: skip
 def test_every_step_holds_about_the_recipe_tokens(preset, processes, layout):
     recipe = TRAINING_PRESETS[preset]
