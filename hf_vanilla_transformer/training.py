@@ -16,6 +16,7 @@
 `hf_vanilla_transformer` logger (`transformers.utils.logging`), from the main process only.
 """
 
+import gc
 import json
 import logging as python_logging
 import math
@@ -534,11 +535,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         # of the final model follows, on the dev set's own text.
         trainer.model, trainer.compute_metrics = model, None
         results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
-    # No collective follows, so every process leaves the group now: a worker that exits with the group
-    # alive can die with SIGABRT when gloo's threads outlive the interpreter. The barrier first lets gloo's
-    # threads finish the last gather; destroying the group right after it can deadlock on the GIL.
-    state.wait_for_everyone()
-    state.destroy_process_group()
+    _leave_process_group(state, trainer)
     if not state.is_main_process:
         return {}
 
@@ -563,6 +560,23 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     (final_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     logger.info(format_summary(results))
     return results
+
+
+def _leave_process_group(state: PartialState, trainer: Seq2SeqTrainer) -> None:
+    """Every process leaves the group once no collective follows: a worker that exits with the group alive
+    can die with SIGABRT when gloo's threads outlive the interpreter.
+
+    The group must not be freed by the DDP wrapper's reducer when the run's objects go away: the last owner
+    of a gloo group joins gloo's threads while it holds the GIL, and a gloo thread still freeing the tensors
+    of a finished gather waits for the GIL, so the process hangs at exit. The wrapper is therefore released
+    while the group is still registered, and the group itself only after a barrier, which lets gloo's threads
+    finish the last gather first.
+    """
+    trainer.accelerator.free_memory()
+    trainer.model_wrapped = trainer.model
+    gc.collect()
+    state.wait_for_everyone()
+    state.destroy_process_group()
 
 
 def format_summary(results: dict[str, Any]) -> str:
