@@ -8,6 +8,7 @@ import ctypes
 import os
 import threading
 import time
+from typing import Self
 
 import psutil
 
@@ -26,7 +27,7 @@ class SampledPeaks:
             self.sample()
             time.sleep(self.interval)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
         self._thread.start()
@@ -59,7 +60,7 @@ class PeakRSS(SampledPeaks):
     def sample(self) -> None:
         self.peak = max(self.peak, self.rss())
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> Self:
         try:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except OSError:
@@ -101,6 +102,3 @@ class MemoryPeaks(SampledPeaks):
             role = "main" if process.pid == main.pid else "workers"
             self.rss[role] = max(self.rss[role], rss)
             self.anonymous[role] = max(self.anonymous[role], anonymous)
-
-    def __enter__(self) -> "MemoryPeaks":
-        return super().__enter__()
