@@ -18,20 +18,24 @@ and where they live here:
 Choices made here: the loss is a mean over real target tokens (padding left out of both the sum and the
 count); 500 pairs are held out by default; accuracy is measured, with dropout off, both on a sample of the
 training pairs (comparable to the accuracy the tutorial prints while training) and on the held-out pairs.
+A checkpoint is saved at the end of every epoch, so that a run of the tutorial's 50 epochs (hours on a CPU)
+can be resumed where it stopped; `chatbot_settings.json` records the settings it must be resumed with.
 """
 
 import csv
+import json
 import random
 import re
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 import torch
+from accelerate import PartialState
 from datasets import Dataset
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -47,6 +51,7 @@ from transformers import (
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .resume import check_same_model, describe_differences, find_resume_checkpoint
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .tokenization import train_shared_bpe_tokenizer
 
@@ -59,6 +64,11 @@ SAMPLE_QUESTIONS = ("영화 볼래?", "고민이 있어", "너무 화가나")
 # Accuracy on training pairs is measured on a fixed random sample of this many pairs, to keep evaluation
 # as cheap as the held-out one.
 TRAIN_SAMPLE_SIZE = 500
+
+# Written into the output folder when a run starts: a resumed run must use the same settings.
+SETTINGS_FILE = "chatbot_settings.json"
+# Settings a resumed run may change: how long it goes on, how often it logs, how many checkpoints it keeps.
+_MAY_CHANGE_ON_RESUME = frozenset(("epochs", "max_steps", "logging_steps", "keep_checkpoints"))
 
 _PUNCTUATION = re.compile(r"([?.!,])")
 _SPACE_BEFORE_PUNCTUATION = re.compile(r" ([?.!,])")
@@ -77,11 +87,12 @@ class ChatbotSettings:
         label_smoothing: eps_ls; the tutorial uses plain cross-entropy (0.0), the paper 0.1.
         warmup_steps: warmup of the paper's schedule (Section 5.3, Eq. 3).
         batch_size: pairs per update.
-        epochs: passes over the training pairs; ignored when max_steps > 0.
+        epochs: passes over the training pairs (the tutorial's EPOCHS); ignored when max_steps > 0.
         max_steps: stop after this many updates when > 0.
         eval_size: pairs held out from training to measure accuracy on unseen questions (0: none).
         limit: use only the first `limit` rows of the corpus (quick trials and tests).
         logging_steps: updates between logged training losses.
+        keep_checkpoints: how many of the checkpoints saved at the end of each epoch to keep.
         seed: seed of the split, the shuffling and the initialisation.
     """
 
@@ -95,11 +106,12 @@ class ChatbotSettings:
     label_smoothing: float = 0.0
     warmup_steps: int = 4000
     batch_size: int = 64
-    epochs: float = 8.0
+    epochs: float = 50.0
     max_steps: int = -1
     eval_size: int = 500
     limit: int | None = None
     logging_steps: int = 50
+    keep_checkpoints: int = 2
     seed: int = 42
 
 
@@ -225,11 +237,33 @@ def masked_token_accuracy(prediction: EvalPrediction) -> dict[str, float]:
     return {"accuracy": float((predictions[mask] == labels[mask]).mean())}
 
 
+def _record_or_check_settings(output_dir: Path, settings: ChatbotSettings, resuming: bool) -> None:
+    """Record a new run's settings in `SETTINGS_FILE`; refuse to resume a run with other settings than it
+    recorded (beyond how long it goes on), since they would shape other batches, another vocabulary or
+    another schedule than those it was trained with."""
+    recorded_file = output_dir / SETTINGS_FILE
+    current = asdict(settings)
+    if not resuming:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        recorded_file.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+        return
+    if recorded_file.is_file():
+        recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+        differences = describe_differences(recorded, current, _MAY_CHANGE_ON_RESUME, "the run")
+        if differences:
+            raise ValueError(
+                f"Cannot resume {output_dir} with other settings ({differences}). Resume with the original "
+                f"run's flags (only {', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new "
+                "--output-dir."
+            )
+
+
 def train_chatbot(
     output_dir: str | Path,
     data_path: str | Path = DEFAULT_DATA,
     settings: ChatbotSettings | None = None,
     show_progress: bool = True,
+    resume: bool = False,
 ) -> ChatbotTrainingResult:
     """Run the tutorial end to end and save a folder that `AutoModelForSeq2SeqLM`, `AutoTokenizer` and
     `load_chatbot` read: weights, config, tokenizer and a greedy generation config.
@@ -238,19 +272,35 @@ def train_chatbot(
     `last_logged_loss`, that of the last `logging_steps` updates; and, from the evaluation at the end of
     the last epoch, `eval_train_sample_loss` / `eval_train_sample_accuracy` on up to 500 training pairs
     and, when `settings.eval_size > 0`, `eval_held_out_loss` / `eval_held_out_accuracy` on unseen pairs.
+
+    With `resume`, training goes on from the last complete checkpoint in `output_dir` (its weights,
+    optimizer, schedule, data order and random state), with the run's own vocabulary; without it, a folder
+    that holds checkpoints or a trained chatbot is refused rather than overwritten. A checkpoint from the
+    end of an epoch resumes exactly; one where `max_steps` stopped the run within an epoch resumes on the
+    right batches, but with other dropout masks: the Trainer evaluates at the stop, which draws from the
+    random state the checkpoint saves.
     """
     settings = settings or ChatbotSettings()
     output_dir = Path(output_dir)
+    checkpoint = find_resume_checkpoint(output_dir, resume, PartialState())
+    if checkpoint is None and (output_dir / "model.safetensors").is_file():
+        raise FileExistsError(
+            f"{output_dir} already holds a trained chatbot. Choose another --output-dir, or delete it first."
+        )
+    _record_or_check_settings(output_dir, settings, resuming=checkpoint is not None)
     set_seed(settings.seed)
     questions, answers = load_chatbot_pairs(data_path, settings.limit)
     print(f"Read {len(questions):,} question-answer pairs from {data_path}.")
 
-    tokenizer = train_shared_bpe_tokenizer(
-        questions + answers,
-        vocab_size=settings.vocab_size,
-        model_max_length=settings.max_length,
-        show_progress=show_progress,
-    )
+    if checkpoint is None:
+        tokenizer = train_shared_bpe_tokenizer(
+            questions + answers,
+            vocab_size=settings.vocab_size,
+            model_max_length=settings.max_length,
+            show_progress=show_progress,
+        )
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     print(f"Subword vocabulary: {len(tokenizer):,} tokens (<s>, <pad>, </s>, <unk> included).")
     pairs = _tokenize_and_filter(tokenizer, questions, answers, settings.max_length)
     if settings.eval_size >= len(pairs):
@@ -263,6 +313,8 @@ def train_chatbot(
     eval_datasets["train_sample"] = pairs.select(sample)
 
     model = build_chatbot_model(settings, tokenizer)
+    if checkpoint is not None:
+        check_same_model(checkpoint, model.config)
     optimizer = build_paper_optimizer(model)
     scheduler = get_noam_schedule(optimizer, settings.d_model, settings.warmup_steps)
     args = Seq2SeqTrainingArguments(
@@ -276,7 +328,8 @@ def train_chatbot(
         eval_strategy="epoch",
         logging_strategy="steps",
         logging_steps=settings.logging_steps,
-        save_strategy="no",
+        save_strategy="epoch",
+        save_total_limit=settings.keep_checkpoints,
         report_to="none",
         # Pinned memory speeds up copies to a GPU; without one, pinning only prints a warning.
         dataloader_pin_memory=torch.cuda.is_available(),
@@ -295,7 +348,7 @@ def train_chatbot(
         optimizers=(optimizer, scheduler),
     )
     start = time.perf_counter()
-    train_output = trainer.train()
+    train_output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     seconds = time.perf_counter() - start
     metrics = {"train_loss": train_output.training_loss, "train_steps": float(train_output.global_step)}
     # The Trainer also evaluates when max_steps cuts an epoch short: the last entries are the final weights.
@@ -357,6 +410,7 @@ def chat_session(
 __all__ = [
     "DEFAULT_DATA",
     "SAMPLE_QUESTIONS",
+    "SETTINGS_FILE",
     "ChatbotSettings",
     "ChatbotTrainingResult",
     "answer",

@@ -77,7 +77,9 @@ _NOT_THE_MODEL = frozenset(
 )
 
 
-def _differences(saved: dict[str, Any], current: dict[str, Any], ignored: frozenset[str], where: str) -> str:
+def describe_differences(
+    saved: dict[str, Any], current: dict[str, Any], ignored: frozenset[str], where: str
+) -> str:
     """'key: saved in <where>, current now' for every key whose value differs, joined with '; '."""
     return "; ".join(
         sorted(
@@ -91,7 +93,7 @@ def _differences(saved: dict[str, Any], current: dict[str, Any], ignored: frozen
 def check_same_model(checkpoint: Path, config: VanillaTransformerConfig) -> None:
     """A resumed run must build the same model it saved: otherwise the weights cannot be loaded."""
     saved = VanillaTransformerConfig.from_pretrained(checkpoint).to_diff_dict()
-    differences = _differences(saved, config.to_diff_dict(), _NOT_THE_MODEL, "the checkpoint")
+    differences = describe_differences(saved, config.to_diff_dict(), _NOT_THE_MODEL, "the checkpoint")
     if differences:
         raise ValueError(
             f"Cannot resume from {checkpoint}: its model differs from this run's ({differences}). "
@@ -136,7 +138,7 @@ def check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
             f"{world_size} process(es) (e.g. accelerate launch --num_processes {world_size}), or start a new "
             "--output-dir."
         )
-    differences = _differences(recorded, record, _MAY_CHANGE_ON_RESUME | {"world_size"}, "the run")
+    differences = describe_differences(recorded, record, _MAY_CHANGE_ON_RESUME | {"world_size"}, "the run")
     if differences:
         raise ValueError(
             f"Cannot resume {output_dir} with another recipe ({differences}). Resume with the "

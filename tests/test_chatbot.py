@@ -2,14 +2,19 @@
 
 import importlib.util
 import io
+import json
 import math
+import shutil
+from dataclasses import replace
 
 import pytest
+import torch
 from conftest import REPO_ROOT
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer.chatbot import (
     DEFAULT_DATA,
+    SETTINGS_FILE,
     ChatbotSettings,
     _tokenize_and_filter,
     answer,
@@ -111,3 +116,68 @@ def test_chat_session_answers_until_quit(trained):
     lines = out.getvalue().splitlines()
     assert lines[1] == "> " + answer(trained.model, trained.tokenizer, "영화 볼래?")
     assert out.getvalue().count("> ") == 3
+
+
+def _stopped_and_resumed(tmp_path, settings: ChatbotSettings, stop: int, end: int):
+    """The weights of `settings` trained for `end` updates straight, and stopped at `stop` then resumed."""
+    straight = train_chatbot(
+        tmp_path / "straight", settings=replace(settings, max_steps=end), show_progress=False
+    )
+    stopped = train_chatbot(
+        tmp_path / "resumed", settings=replace(settings, max_steps=stop), show_progress=False
+    )
+    assert stopped.metrics["train_steps"] == stop
+    resumed = train_chatbot(
+        tmp_path / "resumed", settings=replace(settings, max_steps=end), show_progress=False, resume=True
+    )
+    assert resumed.metrics["train_steps"] == end
+    assert resumed.tokenizer.get_vocab() == straight.tokenizer.get_vocab()
+    return straight.model.state_dict(), resumed.model.state_dict()
+
+
+# 32 training pairs in batches of 16: two updates an epoch.
+def test_a_run_resumed_from_an_epoch_checkpoint_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    # Weights, optimizer, schedule, data order and the random state of dropout all carry over.
+    expected, resumed = _stopped_and_resumed(tmp_path, TINY, stop=4, end=6)
+    assert sorted(path.name for path in (tmp_path / "resumed").glob("checkpoint-*")) == [
+        "checkpoint-4",
+        "checkpoint-6",
+    ]
+    for name, tensor in resumed.items():
+        assert torch.equal(tensor, expected[name]), name
+
+
+def test_a_run_stopped_within_an_epoch_resumes_on_the_batches_it_had_not_seen(tmp_path):
+    # Update 3 is halfway through the second epoch. Without dropout the resumed run is the uninterrupted
+    # one exactly; with dropout its masks differ, since the Trainer's evaluation at the stop draws from
+    # the random state that the checkpoint saves.
+    expected, resumed = _stopped_and_resumed(tmp_path, replace(TINY, dropout=0.0), stop=3, end=6)
+    for name, tensor in resumed.items():
+        assert torch.equal(tensor, expected[name]), name
+
+
+def test_cli_refuses_to_train_over_a_run_or_to_resume_it_with_other_settings(tmp_path, capsys):
+    flags = ["--limit", "40", "--eval-size", "8", "--max-steps", "2", "--vocab-size", "1000"]
+    flags += ["--num-layers", "1", "--d-model", "32", "--num-heads", "4", "--dff", "64"]
+    chatbot = _load_script("chatbot")
+    chatbot.main(["train", "--output-dir", str(tmp_path), *flags])
+    assert json.loads((tmp_path / SETTINGS_FILE).read_text())["d_model"] == 32
+    capsys.readouterr()
+
+    def refused(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exited:
+            chatbot.main(["train", "--output-dir", str(tmp_path), *argv])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
+        return err
+
+    assert "already holds checkpoints. Pass --resume" in refused(*flags)
+    assert "d_model: 32 in the run, 64 now" in refused(*flags, "--d-model", "64", "--resume")
+    # Going on for longer is what resuming is for.
+    chatbot.main(["train", "--output-dir", str(tmp_path), *flags, "--resume", "--max-steps", "4"])
+    assert "Final after 4 updates" in capsys.readouterr().out
+    # A trained chatbot whose checkpoints are gone is not overwritten either.
+    for checkpoint in tmp_path.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    assert "already holds a trained chatbot" in refused(*flags)
+    assert "no complete checkpoint" in refused(*flags, "--resume")

@@ -1,6 +1,7 @@
 """The Keras Transformer Korean chatbot tutorial on ChatbotData.csv, with this package and Seq2SeqTrainer.
 
-    vanilla-transformer chatbot train [--epochs 8] [--max-steps N] [--batch-size 64] [--output-dir DIR]
+    vanilla-transformer chatbot train [--epochs 50] [--max-steps N] [--batch-size 64] [--output-dir DIR]
+    vanilla-transformer chatbot train --output-dir DIR --resume        # go on from the last epoch saved
     vanilla-transformer chatbot chat --model runs/chatbot_ko            # interactive; 'quit' or Ctrl-D ends
     vanilla-transformer chatbot chat --model runs/chatbot_ko --ask "영화 볼래?" [--beams 4]
 
@@ -48,13 +49,14 @@ SETTING_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "eval_size": (non_negative_int, "pairs held out to measure accuracy on unseen questions (0: none)"),
     "limit": (positive_int, "use only the first N rows of the corpus (quick trials)"),
     "logging_steps": (positive_int, "updates between logged training losses"),
+    "keep_checkpoints": (positive_int, "checkpoints to keep of those saved at the end of each epoch"),
     "seed": (int, "seed of the split, the shuffling and the initialisation"),
 }
 
 
 def _train(args: argparse.Namespace) -> None:
     settings = ChatbotSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ChatbotSettings)})
-    result = train_chatbot(args.output_dir, args.data, settings)
+    result = train_chatbot(args.output_dir, args.data, settings, resume=args.resume)
     metrics = result.metrics
     parts = [
         f"training loss {metrics.get('last_logged_loss', metrics['train_loss']):.4f} "
@@ -92,6 +94,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         train.add_argument(
             "--" + setting.name.replace("_", "-"), type=kind, default=setting.default, help=meaning
         )
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint"
+    )
     train.set_defaults(run=_train)
 
     chat = commands.add_parser("chat", help="talk to a trained chatbot")
@@ -113,7 +118,10 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         )
     if args.command == "train" and not args.data.is_file():
         parser.error(f"--data {args.data}: no such file; give a CSV with columns Q and A.")
-    args.run(args)
+    try:
+        args.run(args)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        parser.error(str(error))
 
 
 def main(argv: list[str] | None = None) -> None:

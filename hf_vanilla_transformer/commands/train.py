@@ -258,10 +258,16 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
 
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
-    """Train, average and evaluate as `args` say."""
-    run_training(training_settings(args, parser))
+    """Train, average and evaluate as `args` say; what the run refuses (a folder of checkpoints without
+    --resume, a resume with another recipe, missing or mismatched data) is reported in one line."""
+    settings = training_settings(args, parser)
+    try:
+        run_training(settings)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        parser.error(str(error))
 
 
 def main(argv: list[str] | None = None) -> None:
     """`vanilla-transformer train ARGV`."""
-    run_training(parse_args(argv))
+    parser = build_parser()
+    run(parser.parse_args(argv), parser)
