@@ -223,6 +223,17 @@ def _tokenize_and_filter(
     return Dataset.from_dict({"input_ids": [sources[i] for i in kept], "labels": [targets[i] for i in kept]})
 
 
+def _hold_out(pairs: Dataset, settings: ChatbotSettings) -> tuple[Dataset, Dataset | None]:
+    """The training pairs and the `settings.eval_size` held out from them (None when 0), drawn with the
+    run's seed: `evaluate_held_out` draws the same ones again from a saved run's settings."""
+    if settings.eval_size >= len(pairs):
+        raise ValueError(f"eval_size={settings.eval_size} leaves no training pairs out of {len(pairs)}.")
+    if settings.eval_size == 0:
+        return pairs, None
+    split = pairs.train_test_split(test_size=settings.eval_size, seed=settings.seed)
+    return split["train"], split["test"]
+
+
 def preprocess_logits_for_metrics(logits: torch.Tensor | tuple, labels: torch.Tensor) -> torch.Tensor:
     """Keep only the arg-max token of each position, so evaluation never stores vocabulary-sized logits."""
     if isinstance(logits, tuple):  # (logits, encoder_last_hidden_state)
@@ -302,13 +313,10 @@ def train_chatbot(
     else:
         tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     print(f"Subword vocabulary: {len(tokenizer):,} tokens (<s>, <pad>, </s>, <unk> included).")
-    pairs = _tokenize_and_filter(tokenizer, questions, answers, settings.max_length)
-    if settings.eval_size >= len(pairs):
-        raise ValueError(f"eval_size={settings.eval_size} leaves no training pairs out of {len(pairs)}.")
-    eval_datasets = {}
-    if settings.eval_size > 0:
-        split = pairs.train_test_split(test_size=settings.eval_size, seed=settings.seed)
-        pairs, eval_datasets["held_out"] = split["train"], split["test"]
+    pairs, held_out = _hold_out(
+        _tokenize_and_filter(tokenizer, questions, answers, settings.max_length), settings
+    )
+    eval_datasets = {} if held_out is None else {"held_out": held_out}
     sample = random.Random(settings.seed).sample(range(len(pairs)), min(TRAIN_SAMPLE_SIZE, len(pairs)))
     eval_datasets["train_sample"] = pairs.select(sample)
 
@@ -369,6 +377,65 @@ def load_chatbot(
     return model, AutoTokenizer.from_pretrained(path)
 
 
+def read_chatbot_settings(path: str | Path) -> ChatbotSettings:
+    """The settings a chatbot folder was trained with, from its `SETTINGS_FILE`."""
+    recorded = Path(path) / SETTINGS_FILE
+    if not recorded.is_file():
+        raise FileNotFoundError(
+            f"{path} has no {SETTINGS_FILE}: its held-out pairs are known only for a folder that "
+            "`vanilla-transformer chatbot train` wrote."
+        )
+    return ChatbotSettings(**json.loads(recorded.read_text(encoding="utf-8")))
+
+
+@dataclass
+class HeldOutEvaluation:
+    """A trained chatbot on the pairs its run held out: teacher-forced loss and token accuracy (padding left
+    out, as in training) and a few of its greedy answers beside the corpus's own."""
+
+    pairs: int
+    loss: float
+    accuracy: float
+    # (question, the corpus's answer, the chatbot's answer); the first two as the vocabulary reads them,
+    # NFKC-normalized ("ㅠㅠ" becomes conjoining jamo), since they are decoded from the tokenized pairs.
+    examples: list[tuple[str, str, str]]
+
+
+@torch.no_grad()
+def evaluate_held_out(
+    path: str | Path, data_path: str | Path = DEFAULT_DATA, num_examples: int = 5
+) -> HeldOutEvaluation:
+    """Draw again the pairs that the run in `path` held out (its recorded settings, its vocabulary, the same
+    corpus) and measure the chatbot on them: questions it never saw in training."""
+    settings = read_chatbot_settings(path)
+    if settings.eval_size == 0:
+        raise ValueError(f"{path} was trained on every pair (eval_size 0): it held none out to evaluate on.")
+    model, tokenizer = load_chatbot(path)
+    questions, answers = load_chatbot_pairs(data_path, settings.limit)
+    _, held_out = _hold_out(
+        _tokenize_and_filter(tokenizer, questions, answers, settings.max_length), settings
+    )
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    loss_sum, correct, tokens = 0.0, 0, 0
+    for start in range(0, len(held_out), settings.batch_size):
+        batch = collator([held_out[i] for i in range(start, min(start + settings.batch_size, len(held_out)))])
+        output = model(**batch.to(model.device))
+        real = batch["labels"] != -100
+        count = int(real.sum())
+        # The model's loss is a mean over the batch's real target tokens; weighted back into a sum here.
+        loss_sum += output.loss.item() * count
+        correct += int((output.logits.argmax(-1) == batch["labels"])[real].sum())
+        tokens += count
+    examples = []
+    for pair in held_out.select(range(min(num_examples, len(held_out)))):
+        question = tokenizer.decode(pair["input_ids"], skip_special_tokens=True)
+        reference = tokenizer.decode(pair["labels"], skip_special_tokens=True)
+        examples.append(
+            (postprocess_answer(question), postprocess_answer(reference), answer(model, tokenizer, question))
+        )
+    return HeldOutEvaluation(len(held_out), loss_sum / tokens, correct / tokens, examples)
+
+
 @torch.no_grad()
 def answer(
     model: VanillaTransformerForConditionalGeneration,
@@ -413,14 +480,17 @@ __all__ = [
     "SETTINGS_FILE",
     "ChatbotSettings",
     "ChatbotTrainingResult",
+    "HeldOutEvaluation",
     "answer",
     "build_chatbot_model",
     "chat_session",
     "chatbot_generation_config",
+    "evaluate_held_out",
     "load_chatbot",
     "load_chatbot_pairs",
     "masked_token_accuracy",
     "postprocess_answer",
     "preprocess_sentence",
+    "read_chatbot_settings",
     "train_chatbot",
 ]

@@ -19,6 +19,7 @@ from hf_vanilla_transformer.chatbot import (
     _tokenize_and_filter,
     answer,
     chat_session,
+    evaluate_held_out,
     load_chatbot_pairs,
     postprocess_answer,
     preprocess_sentence,
@@ -181,3 +182,29 @@ def test_cli_refuses_to_train_over_a_run_or_to_resume_it_with_other_settings(tmp
         shutil.rmtree(checkpoint)
     assert "already holds a trained chatbot" in refused(*flags)
     assert "no complete checkpoint" in refused(*flags, "--resume")
+
+
+def test_evaluation_draws_again_the_pairs_the_run_held_out(trained, capsys):
+    evaluation = evaluate_held_out(trained.output_dir, num_examples=3)
+    assert evaluation.pairs == TINY.eval_size
+    # The Trainer measured the held-out accuracy at the end of training on the split it drew; the same
+    # figure from the saved folder means the same pairs, tokenized the same way.
+    assert evaluation.accuracy == pytest.approx(trained.metrics["eval_held_out_accuracy"], abs=1e-9)
+    questions, answers = load_chatbot_pairs(DEFAULT_DATA, TINY.limit)
+    # Shown as the vocabulary reads them: NFKC-normalized, as the tokenizer does before splitting.
+    normalize = trained.tokenizer.backend_tokenizer.normalizer.normalize_str
+    corpus = {
+        postprocess_answer(normalize(q)): postprocess_answer(normalize(a)) for q, a in zip(questions, answers)
+    }
+    assert len(evaluation.examples) == 3
+    for question, reference, reply in evaluation.examples:
+        assert corpus[question] == reference
+        assert reply == answer(trained.model, trained.tokenizer, question)
+
+    capsys.readouterr()
+    _load_script("chatbot").main(["evaluate", "--model", str(trained.output_dir), "--examples", "2"])
+    out = capsys.readouterr().out
+    assert f"Held-out pairs: {TINY.eval_size}" in out and out.count("A (chatbot): ") == 2
+    with pytest.raises(SystemExit) as exited:
+        _load_script("chatbot").main(["evaluate", "--model", str(trained.output_dir / "checkpoint-40")])
+    assert exited.value.code == 2 and "chatbot_settings.json" in capsys.readouterr().err

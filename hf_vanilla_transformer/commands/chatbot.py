@@ -2,6 +2,7 @@
 
     vanilla-transformer chatbot train [--epochs 50] [--max-steps N] [--batch-size 64] [--output-dir DIR]
     vanilla-transformer chatbot train --output-dir DIR --resume        # go on from the last epoch saved
+    vanilla-transformer chatbot evaluate --model runs/chatbot_ko [--examples 5]   # on the held-out pairs
     vanilla-transformer chatbot chat --model runs/chatbot_ko            # interactive; 'quit' or Ctrl-D ends
     vanilla-transformer chatbot chat --model runs/chatbot_ko --ask "영화 볼래?" [--beams 4]
 
@@ -21,6 +22,7 @@ from ..chatbot import (
     ChatbotSettings,
     answer,
     chat_session,
+    evaluate_held_out,
     load_chatbot,
     train_chatbot,
 )
@@ -53,6 +55,8 @@ SETTING_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "seed": (int, "seed of the split, the shuffling and the initialisation"),
 }
 
+MODEL_HELP = "folder of a trained chatbot"
+
 
 def _train(args: argparse.Namespace) -> None:
     settings = ChatbotSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ChatbotSettings)})
@@ -72,6 +76,16 @@ def _train(args: argparse.Namespace) -> None:
     )
     for question in SAMPLE_QUESTIONS:
         print(f"Q: {question}\nA: {answer(result.model, result.tokenizer, question)}")
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    evaluation = evaluate_held_out(args.model, args.data, args.examples)
+    print(
+        f"Held-out pairs: {evaluation.pairs:,}; loss {evaluation.loss:.4f}, token accuracy "
+        f"{evaluation.accuracy:.4f} (teacher-forced, padding left out)"
+    )
+    for question, reference, reply in evaluation.examples:
+        print(f"Q: {question}\nA (corpus): {reference}\nA (chatbot): {reply}")
 
 
 def _chat(args: argparse.Namespace) -> None:
@@ -99,10 +113,20 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     train.set_defaults(run=_train)
 
-    chat = commands.add_parser("chat", help="talk to a trained chatbot")
-    chat.add_argument(
-        "--model", type=Path, default=Path("runs/chatbot_ko"), help="folder of a trained chatbot"
+    evaluate = commands.add_parser(
+        "evaluate", help="measure a trained chatbot on the pairs its run held out, and show its answers"
     )
+    evaluate.add_argument("--model", type=Path, default=Path("runs/chatbot_ko"), help=MODEL_HELP)
+    evaluate.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help="the CSV the chatbot was trained on"
+    )
+    evaluate.add_argument(
+        "--examples", type=non_negative_int, default=5, help="held-out questions to answer and show"
+    )
+    evaluate.set_defaults(run=_evaluate)
+
+    chat = commands.add_parser("chat", help="talk to a trained chatbot")
+    chat.add_argument("--model", type=Path, default=Path("runs/chatbot_ko"), help=MODEL_HELP)
     chat.add_argument("--ask", help="answer this one question and exit")
     chat.add_argument("--beams", type=positive_int, default=1, help="beam size; 1 is greedy decoding")
     chat.set_defaults(run=_chat)
@@ -112,11 +136,11 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Train the chatbot or talk to it, as `args.command` says."""
-    if args.command == "chat" and not args.model.is_dir():
+    if args.command in ("chat", "evaluate") and not args.model.is_dir():
         parser.error(
             f"--model {args.model}: no such folder; train one with `vanilla-transformer chatbot train` first."
         )
-    if args.command == "train" and not args.data.is_file():
+    if args.command in ("train", "evaluate") and not args.data.is_file():
         parser.error(f"--data {args.data}: no such file; give a CSV with columns Q and A.")
     try:
         args.run(args)
