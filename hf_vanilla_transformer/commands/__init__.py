@@ -26,7 +26,7 @@ COMMANDS = {
     "convert": ("convert", "convert a Marian (opus-mt) or fairseq checkpoint into this package's format"),
     "export": ("export", "export a model for CTranslate2 or ONNX Runtime"),
     "push": ("push", "publish a model, its code and its model card on the Hugging Face Hub"),
-    "chatbot": ("chatbot", "train the Korean chatbot of the Keras tutorial, or talk to it"),
+    "chatbot": ("chatbot", "train the Korean chatbot of the Keras tutorial, evaluate it, or talk to it"),
 }
 
 
