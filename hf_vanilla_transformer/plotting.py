@@ -163,17 +163,20 @@ def plot_learning_rate(
     return figure, rates
 
 
+def _newest_log_history(run_dir: str | Path, made_by: str) -> list[dict]:
+    """The Trainer's `log_history` from the newest checkpoint of `run_dir`, a run that `made_by` wrote."""
+    checkpoints = last_checkpoints(run_dir, k=None) if Path(run_dir).is_dir() else []
+    states = [state for c in checkpoints if (state := c / "trainer_state.json").is_file()]
+    if not states:
+        raise FileNotFoundError(f"No checkpoint-*/trainer_state.json in {run_dir}: is it a {made_by} run?")
+    return json.loads(states[-1].read_text())["log_history"]
+
+
 def plot_training_curves(run_dir: str | Path, path: str | Path | None = None) -> tuple[Figure, dict]:
     """Training loss (every logging step) and dev loss (every evaluation) of a `scripts/train.py` run,
     read from its newest checkpoint's `trainer_state.json`; the averaged model's dev loss (`results.json`
     in `run_dir/model`, when the run finished) is marked. Returns the figure and the series drawn."""
-    checkpoints = last_checkpoints(run_dir, k=None) if Path(run_dir).is_dir() else []
-    states = [state for c in checkpoints if (state := c / "trainer_state.json").is_file()]
-    if not states:
-        raise FileNotFoundError(
-            f"No checkpoint-*/trainer_state.json in {run_dir}: is it a scripts/train.py run?"
-        )
-    history = json.loads(states[-1].read_text())["log_history"]
+    history = _newest_log_history(run_dir, "scripts/train.py")
     series = {
         "train": [(entry["step"], entry["loss"]) for entry in history if "loss" in entry],
         "dev": [(entry["step"], entry["eval_loss"]) for entry in history if "eval_loss" in entry],
@@ -195,6 +198,33 @@ def plot_training_curves(run_dir: str | Path, path: str | Path | None = None) ->
     axes.set_ylabel("Label-smoothed cross-entropy")
     axes.set_title(f"Training curves of {Path(run_dir).name}")
     axes.legend()
+    if path is not None:
+        save_figure(figure, path)
+    return figure, series
+
+
+def plot_chatbot_curves(run_dir: str | Path, path: str | Path | None = None) -> tuple[Figure, dict]:
+    """A `chatbot train` run by epoch, from its newest checkpoint's `trainer_state.json`: the training loss
+    (every logging step), and the loss and token accuracy on the held-out pairs and on the sample of
+    training pairs (every epoch's evaluation). Returns the figure and the series drawn."""
+    history = _newest_log_history(run_dir, "chatbot train")
+    series = {"train loss": [(entry["epoch"], entry["loss"]) for entry in history if "loss" in entry]}
+    for split, name in (("held_out", "held-out"), ("train_sample", "training sample")):
+        for metric in ("loss", "accuracy"):
+            key = f"eval_{split}_{metric}"
+            series[f"{name} {metric}"] = [(entry["epoch"], entry[key]) for entry in history if key in entry]
+    figure = Figure(figsize=(11, 4.5))
+    loss_axes, accuracy_axes = figure.subplots(1, 2)
+    for name, points in series.items():
+        if points:
+            axes = accuracy_axes if name.endswith("accuracy") else loss_axes
+            axes.plot(*zip(*points), marker=None if name == "train loss" else ".", label=name)
+    loss_axes.set_ylabel("Cross-entropy")
+    accuracy_axes.set_ylabel("Token accuracy (teacher-forced)")
+    for axes in (loss_axes, accuracy_axes):
+        axes.set_xlabel("Epoch")
+        axes.legend()
+    figure.suptitle(f"Training curves of {Path(run_dir).name}")
     if path is not None:
         save_figure(figure, path)
     return figure, series
@@ -343,7 +373,9 @@ __all__ = [
     "find_hangul_font",
     "plot_alignment",
     "plot_attention",
+    "plot_chatbot_curves",
     "plot_learning_rate",
     "plot_positional_encoding",
+    "plot_training_curves",
     "save_figure",
 ]

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Draw the figures of docs/figures/: positional encodings, the learning-rate schedule, given a trained
-chatbot (`vanilla-transformer chatbot train`) its attention for one question, and given runs of
+chatbot (`vanilla-transformer chatbot train`) its attention for one question and its training curves
+(`chatbot_training.png`, when its checkpoints are there), and given runs of
 `vanilla-transformer train` their training curves. Needs the `plots` extra (matplotlib).
 
     python scripts/plot_figures.py --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from hf_vanilla_transformer.averaging import last_checkpoints
 from hf_vanilla_transformer.chatbot import load_chatbot, preprocess_sentence
 from hf_vanilla_transformer.cli import ArgumentParser, positive_int
 from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -22,6 +24,7 @@ from hf_vanilla_transformer.plotting import (
     find_hangul_font,
     plot_alignment,
     plot_attention,
+    plot_chatbot_curves,
     plot_learning_rate,
     plot_positional_encoding,
     plot_training_curves,
@@ -82,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
         for kind, name in ATTENTION_FILES.items():
             plot_attention(maps, kind, path=args.out / name)
             written.append(args.out / name)
+        if last_checkpoints(args.model, k=None):
+            written.append(args.out / "chatbot_training.png")
+            plot_chatbot_curves(args.model, path=written[-1])
     if args.translation_model is not None:
         model = VanillaTransformerForConditionalGeneration.from_pretrained(
             args.translation_model, attn_implementation="eager"

@@ -9,7 +9,12 @@ import torch
 from conftest import REPO_ROOT, tiny_config
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, plotting
-from hf_vanilla_transformer.chatbot import chatbot_generation_config, load_chatbot_pairs
+from hf_vanilla_transformer.chatbot import (
+    ChatbotSettings,
+    chatbot_generation_config,
+    load_chatbot_pairs,
+    train_chatbot,
+)
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 
 MIN_PNG_BYTES = 10_000  # a blank or failed figure is a few kB
@@ -101,6 +106,24 @@ def test_plot_figures_script_writes_the_static_figures(tmp_path):
     ]
 
 
+def test_plot_figures_script_draws_a_trained_chatbots_attention_and_curves(tmp_path):
+    settings = ChatbotSettings(
+        vocab_size=300, num_layers=1, d_model=16, num_heads=2, dff=32, batch_size=8, max_steps=4, eval_size=4,
+        limit=20, logging_steps=1,
+    )  # fmt: skip
+    run = train_chatbot(tmp_path / "chatbot", settings=settings, show_progress=False).output_dir
+    out = tmp_path / "figures"
+    plot_figures_script().main(["--model", str(run), "--out", str(out)])
+    assert sorted(path.name for path in out.iterdir()) == [
+        "attention_cross.png",
+        "attention_decoder_self.png",
+        "attention_encoder_self.png",
+        "chatbot_training.png",
+        "learning_rate.png",
+        "positional_encoding.png",
+    ]
+
+
 def test_plot_figures_script_draws_a_translation_models_alignment(tokenizer, tmp_path):
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
@@ -140,6 +163,37 @@ def test_training_curves_plot_the_newest_checkpoints_log(tmp_path):
     assert path.stat().st_size > MIN_PNG_BYTES
     with pytest.raises(FileNotFoundError, match="is it a scripts/train.py run"):
         plotting.plot_training_curves(tmp_path / "empty")
+
+
+def test_chatbot_curves_plot_the_logged_loss_and_every_epochs_evaluation(tmp_path):
+    run = tmp_path / "chatbot"
+    (run / "checkpoint-4").mkdir(parents=True)
+    history = [
+        {"epoch": 0.5, "step": 1, "loss": 9.0},
+        {"epoch": 1.0, "step": 2, "eval_held_out_loss": 8.0, "eval_held_out_accuracy": 0.1},
+        {"epoch": 1.0, "step": 2, "eval_train_sample_loss": 7.9, "eval_train_sample_accuracy": 0.12},
+        {"epoch": 1.5, "step": 3, "loss": 7.5},
+        {"epoch": 2.0, "step": 4, "eval_held_out_loss": 7.0, "eval_held_out_accuracy": 0.2},
+        {"epoch": 2.0, "step": 4, "eval_train_sample_loss": 6.5, "eval_train_sample_accuracy": 0.25},
+    ]
+    (run / "checkpoint-4" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    path = tmp_path / "chatbot.png"
+    figure, series = plotting.plot_chatbot_curves(run, path=path)
+    assert series == {
+        "train loss": [(0.5, 9.0), (1.5, 7.5)],
+        "held-out loss": [(1.0, 8.0), (2.0, 7.0)],
+        "held-out accuracy": [(1.0, 0.1), (2.0, 0.2)],
+        "training sample loss": [(1.0, 7.9), (2.0, 6.5)],
+        "training sample accuracy": [(1.0, 0.12), (2.0, 0.25)],
+    }
+    loss_axes, accuracy_axes = figure.axes
+    assert {line.get_label() for line in accuracy_axes.lines} == {
+        "held-out accuracy",
+        "training sample accuracy",
+    }
+    assert len(loss_axes.lines) == 3 and path.stat().st_size > MIN_PNG_BYTES
+    with pytest.raises(FileNotFoundError, match="is it a chatbot train run"):
+        plotting.plot_chatbot_curves(tmp_path / "empty")
 
 
 def test_alignment_figure_averages_each_layers_heads_of_the_cross_attention(maps, tmp_path):
