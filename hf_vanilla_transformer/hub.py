@@ -42,12 +42,12 @@ from transformers.utils import logging
 
 from . import translation_pipeline
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
-from .conversion import FAIRSEQ_BPE_FILES, TARGET_TOKENIZER_DIR
+from .conversion import FAIRSEQ_BPE_FILES
 from .export import ExportSource, export_ctranslate2
 from .generation_vanilla_transformer import paper_generation_config
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from .tokenization import load_tokenizer
-from .translation_pipeline import find_target_tokenizer
+from .translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
 
 logger = logging.get_logger(__name__)
 
@@ -345,7 +345,7 @@ def stage_repo(
     tokenizer.save_pretrained(folder)
     shutil.copyfile(pipeline_module, folder / pipeline_module.name)
     # What a converted fairseq checkpoint needs besides the model: its BPE codes, and the target-side
-    # vocabulary of separate-vocabulary models (see conversion.py).
+    # vocabulary of separate-vocabulary models (see conversion/fairseq.py).
     for extra in (*FAIRSEQ_BPE_FILES, TARGET_TOKENIZER_DIR):
         source = model_dir / extra
         if source.is_dir():

@@ -1,285 +1,31 @@
-"""Converting checkpoints of other implementations of the same architecture into this package's format.
-
-Marian (the opus-mt family in transformers' `MarianMTModel`) is the paper's post-LN Transformer with
-three differences this package has options for: the sinusoids laid out as [sin half | cos half]
-(`sinusoidal_layout="marian"`), a logits bias (`output_bias=True`) and, in opus-mt checkpoints, the
-swish activation. With those set, its weights load one to one.
+"""fairseq translation checkpoints into this package's format.
 
 fairseq's `transformer` architectures (`transformer_wmt_en_de`, `transformer_vaswani_wmt_en_de_big`, ...)
 are the paper's post-LN Transformer with fairseq's sinusoids (`sinusoidal_layout="fairseq"`: other
 frequencies, positions counted from pad + 1), a decoder that starts from `</s>`, and shared or separate
 source/target vocabularies. Their pre-LN variants and BART-style additions compute something else and are
-refused, not approximated.
-
-Every converter checks names and shapes against the model it builds (`load_converted_state`). The folder
-converters behind scripts/convert_checkpoint.py, `convert_marian_folder` and `convert_fairseq_checkpoint`,
-write a `save_pretrained` folder and return a `ConversionReport` of which source keys became which of ours.
+refused, not approximated. Checkpoints are read without running their pickled code.
 """
 
 import _compat_pickle
 import argparse
-import json
 import pickle
 import pickletools
 import re
 import shutil
 import zipfile
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from safetensors import SafetensorError
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import MarianConfig, MarianMTModel, MarianTokenizer, PreTrainedTokenizerFast
-from transformers.utils import is_sentencepiece_available
+from transformers import PreTrainedTokenizerFast
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .generation_vanilla_transformer import paper_generation_config
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .translation_pipeline import TARGET_TOKENIZER_DIR
-
-# Marian's layer-level feed-forward names, and where this package keeps them (one FFN module, Eq. 2).
-_MARIAN_KEY_RENAMES = ((re.compile(r"\.(fc1|fc2)\."), r".ffn.\1."),)
-# Computed, never loaded: the sinusoid tables.
-_MARIAN_IGNORED_KEYS = re.compile(r"\.embed_positions\.weight$")
-MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
-# A converted model must reproduce its source's logits to this absolute tolerance (float32).
-LOGITS_TOLERANCE = 1e-4
-
-
-class ConversionError(ValueError):
-    """A checkpoint that cannot be converted exactly; the message names the file, key or setting."""
-
-
-@dataclass
-class ConversionReport:
-    """What a conversion did: source key patterns and the keys they became (layer numbers shown as N),
-    and notes the user must read (tokenizer limits, dtype changes, checks run)."""
-
-    source: str
-    output: str = ""
-    mapped: Counter = field(default_factory=Counter)
-    notes: list[str] = field(default_factory=list)
-
-    def record(self, source_key: str, target: str) -> None:
-        self.mapped[(_key_pattern(source_key), _key_pattern(target))] += 1
-
-    def format(self) -> str:
-        """The summary printed by scripts/convert_checkpoint.py: a table, then the notes."""
-        rows = [("source key", "converted key", "count")]
-        rows += [(source, target, str(count)) for (source, target), count in self.mapped.items()]
-        width_source = max(len(row[0]) for row in rows)
-        width_target = max(len(row[1]) for row in rows)
-        lines = [f"Converted {self.source}" + (f" -> {self.output}" if self.output else ""), ""]
-        lines += [f"{s:<{width_source}}  {t:<{width_target}}  {n:>5}" for s, t, n in rows]
-        if self.notes:
-            lines += ["", "Notes:", *(f"- {note}" for note in self.notes)]
-        return "\n".join(lines)
-
-
-def _key_pattern(key: str) -> str:
-    return re.sub(r"(?<=layers\.)\d+", "N", key)
-
-
-def config_from_marian(marian: MarianConfig) -> VanillaTransformerConfig:
-    """The configuration that reproduces a MarianConfig exactly."""
-    return VanillaTransformerConfig(
-        vocab_size=marian.vocab_size,
-        decoder_vocab_size=marian.decoder_vocab_size,
-        d_model=marian.d_model,
-        encoder_layers=marian.encoder_layers,
-        decoder_layers=marian.decoder_layers,
-        encoder_attention_heads=marian.encoder_attention_heads,
-        decoder_attention_heads=marian.decoder_attention_heads,
-        encoder_ffn_dim=marian.encoder_ffn_dim,
-        decoder_ffn_dim=marian.decoder_ffn_dim,
-        dropout=float(marian.dropout),
-        attention_dropout=float(marian.attention_dropout),
-        activation_dropout=float(marian.activation_dropout),
-        activation_function=marian.activation_function,
-        max_position_embeddings=marian.max_position_embeddings,
-        sinusoidal_layout="marian",
-        scale_embedding=marian.scale_embedding,
-        share_encoder_decoder_embeddings=marian.share_encoder_decoder_embeddings,
-        tie_word_embeddings=marian.tie_word_embeddings,
-        output_bias=True,
-        pad_token_id=marian.pad_token_id,
-        bos_token_id=marian.bos_token_id,
-        eos_token_id=marian.eos_token_id,
-        decoder_start_token_id=marian.decoder_start_token_id,
-    )
-
-
-def _marian_key(key: str) -> str | None:
-    """This package's name for a MarianMTModel state-dict key; None for the computed sinusoid tables."""
-    if _MARIAN_IGNORED_KEYS.search(key):
-        return None
-    for pattern, replacement in _MARIAN_KEY_RENAMES:
-        key = pattern.sub(replacement, key)
-    return key
-
-
-def state_dict_from_marian(marian_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Rename a MarianMTModel state dict to this package's parameter names."""
-    converted = {}
-    for key, tensor in marian_state.items():
-        ours = _marian_key(key)
-        if ours is not None:
-            converted[ours] = tensor
-    return converted
-
-
-def load_converted_state(
-    model: VanillaTransformerForConditionalGeneration, state: dict[str, torch.Tensor], source: str
-) -> None:
-    """Load `state` into `model`, failing with the offending names if anything is missing, unexpected
-    or of the wrong shape. Tied copies of the shared embedding may be absent from `state`."""
-    expected = model.state_dict()
-    tied = set(model.get_expanded_tied_weights_keys(all_submodels=True))
-    missing = sorted(k for k in expected if k not in state and k not in tied)
-    unexpected = sorted(k for k in state if k not in expected)
-    wrong_shape = sorted(
-        f"{k}: {tuple(state[k].shape)} in {source}, {tuple(expected[k].shape)} expected"
-        for k in state
-        if k in expected and state[k].shape != expected[k].shape
-    )
-    problems = [
-        (f"missing from {source}", missing),
-        (f"not recognised in {source}", unexpected),
-        ("shape mismatch", wrong_shape),
-    ]
-    report = [
-        f"{label}: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}"
-        for label, names in problems
-        if names
-    ]
-    if report:
-        raise ConversionError(f"Cannot convert {source}: " + "; ".join(report))
-    model.load_state_dict(state, strict=False)
-    model.tie_weights()
-
-
-def convert_marian(marian: MarianMTModel) -> VanillaTransformerForConditionalGeneration:
-    """A VanillaTransformerForConditionalGeneration that computes exactly what `marian` computes."""
-    config = config_from_marian(marian.config)
-    model = VanillaTransformerForConditionalGeneration(config)
-    load_converted_state(model, state_dict_from_marian(marian.state_dict()), "the Marian checkpoint")
-    model.generation_config = marian.generation_config
-    return model.to(marian.dtype).eval()
-
-
-@torch.no_grad()
-def max_logits_difference(
-    reference: torch.nn.Module, converted: VanillaTransformerForConditionalGeneration, seed: int = 0
-) -> float:
-    """Largest absolute logit difference between two seq2seq models on a fixed random, right-padded batch."""
-    config = converted.config
-    generator = torch.Generator().manual_seed(seed)
-    source = torch.randint(0, config.vocab_size, (2, 9), generator=generator)
-    target = torch.randint(0, config.decoder_vocab_size, (2, 7), generator=generator)
-    # Padding ids inside the text would be masked differently by different implementations.
-    source[source == config.pad_token_id] = config.eos_token_id
-    target[target == config.pad_token_id] = config.eos_token_id
-    target[:, 0] = config.decoder_start_token_id
-    mask = torch.ones_like(source)
-    mask[1, 6:] = 0
-    source[1, 6:] = config.pad_token_id
-    inputs = dict(input_ids=source, attention_mask=mask, decoder_input_ids=target)
-    expected = reference(**inputs).logits
-    actual = converted(**inputs).logits
-    return (actual.float() - expected.float()).abs().max().item()
-
-
-def _weight_files(folder: Path) -> str:
-    names = sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".bin"))
-    return ", ".join(names) or "no weight file"
-
-
-def convert_marian_folder(src: str | Path, out: str | Path) -> ConversionReport:
-    """Convert a MarianMTModel folder (an opus-mt download or a `save_pretrained` output) into `out`.
-
-    The model is loaded in float32, converted with `convert_marian`, checked to give the same logits as
-    Marian (within `LOGITS_TOLERANCE`) and saved with Marian's own generation config. Marian's tokenizer
-    files (source.spm, target.spm, vocab.json) are loaded with `MarianTokenizer` and saved again, which
-    writes `"tokenizer_class": "MarianTokenizer"` into tokenizer_config.json: opus-mt repos omit it and let
-    `model_type: marian` choose the class, which the converted config no longer says. Using it needs the
-    `sentencepiece` package.
-
-    Raises:
-        ConversionError: `src` is not a readable Marian folder, its weights do not fit, the converted model
-            disagrees with Marian, or the tokenizer cannot be loaded or has more ids than the embeddings.
-    """
-    src, out = Path(src), Path(out)
-    config_path = src / "config.json"
-    if not config_path.is_file():
-        raise ConversionError(f"{src} has no config.json: expected a MarianMTModel folder (save_pretrained).")
-    model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
-    if model_type != "marian":
-        raise ConversionError(f"{config_path} has model_type {model_type!r}; --from marian needs 'marian'.")
-    try:
-        marian = MarianMTModel.from_pretrained(src, dtype=torch.float32).eval()
-    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
-        raise ConversionError(
-            f"Cannot read the Marian weights in {src} ({_weight_files(src)}): {error}"
-        ) from error
-    report = ConversionReport(source=f"Marian model {src}", output=str(out))
-    for key in marian.state_dict():
-        ours = _marian_key(key)
-        report.record(key, ours or "(ignored: sinusoids are computed)")
-    model = convert_marian(marian)
-    difference = max_logits_difference(marian, model)
-    if not difference <= LOGITS_TOLERANCE:
-        raise ConversionError(
-            f"The converted model's logits differ from Marian's by {difference:.2e} (> {LOGITS_TOLERANCE}): "
-            f"{src} uses a Marian feature this package does not reproduce."
-        )
-    report.notes.append(
-        f"Checked: largest logit difference to Marian on a random batch {difference:.1e} "
-        f"(tolerance {LOGITS_TOLERANCE})."
-    )
-    tokenizer = _marian_tokenizer(src, model.config)
-    model.save_pretrained(out)
-    if tokenizer is None:
-        report.notes.append(
-            f"No Marian tokenizer files ({', '.join(MARIAN_TOKENIZER_FILES)}) in {src}: no tokenizer saved."
-        )
-    else:
-        tokenizer.save_pretrained(out)
-        report.notes.append(
-            "Tokenizer: Marian's SentencePiece tokenizer (needs `pip install sentencepiece`)."
-        )
-    report.notes.append("Generation config: Marian's own (beam size, length limits), unchanged.")
-    return report
-
-
-def _marian_tokenizer(src: Path, config: VanillaTransformerConfig) -> MarianTokenizer | None:
-    if not any((src / name).is_file() for name in MARIAN_TOKENIZER_FILES):
-        return None
-    if not is_sentencepiece_available():
-        raise ConversionError(
-            f"{src} has a Marian SentencePiece tokenizer, which needs the sentencepiece package: "
-            "pip install sentencepiece"
-        )
-    try:
-        tokenizer = MarianTokenizer.from_pretrained(src)
-    except (OSError, ValueError, KeyError, AssertionError, RuntimeError) as error:
-        raise ConversionError(f"Cannot load the Marian tokenizer in {src}: {error!r}") from error
-    sizes = [("vocab.json", len(tokenizer.encoder), config.vocab_size)]
-    if tokenizer.separate_vocabs:
-        sizes.append(("target_vocab.json", len(tokenizer.target_encoder), config.decoder_vocab_size))
-    for name, size, rows in sizes:
-        if size > rows:
-            raise ConversionError(
-                f"{src / name} has {size} tokens but the model's embeddings have {rows} rows: "
-                "the tokenizer does not belong to this model."
-            )
-    return tokenizer
-
-
-# ---------------------------------------------------------------------------------------------------
-# fairseq
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..generation_vanilla_transformer import paper_generation_config
+from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..translation_pipeline import TARGET_TOKENIZER_DIR
+from .common import ConversionError, ConversionReport, load_converted_state
 
 FAIRSEQ_SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 # The BPE files fairseq's hub loader picks up next to a translation model.
@@ -832,22 +578,3 @@ def _save_fairseq_tokenizers(
         "then BPE with the copied codes; docs/converting.md has the exact steps for fairseq's WMT models), "
         "and Moses-detokenize what it decodes."
     )
-
-
-__all__ = [
-    "ConversionError",
-    "ConversionReport",
-    "config_from_fairseq",
-    "config_from_marian",
-    "convert_fairseq_checkpoint",
-    "convert_marian",
-    "convert_marian_folder",
-    "fairseq_model_args",
-    "load_converted_state",
-    "load_fairseq_checkpoint",
-    "max_logits_difference",
-    "read_fairseq_dictionary",
-    "state_dict_from_fairseq",
-    "state_dict_from_marian",
-    "tokenizer_from_fairseq_dictionary",
-]
