@@ -1,0 +1,128 @@
+"""What every export shares: loading the model to export, preparing the output folder, and the companions
+every exported folder holds (tokenizers, generation config and `EXPORT_INFO_FILE`, which says which engine
+reads it)."""
+
+import importlib.util
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
+
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..translation import load_tokenizers
+from ..translation_pipeline import TARGET_TOKENIZER_DIR
+
+EXPORT_TARGETS = ("ctranslate2", "onnx")
+# Written into every exported folder: which engine reads it, and what was exported.
+EXPORT_INFO_FILE = "vanilla_transformer_export.json"
+# The packages each export needs, and running an ONNX export.
+_REQUIREMENTS = {
+    "ctranslate2": ("ctranslate2",),
+    "onnx": ("onnx", "onnxscript", "onnxruntime"),
+    "onnxruntime": ("onnxruntime",),
+}
+
+
+class ExportError(ValueError):
+    """A model, folder or setting that cannot be exported; the message names it and says what to do."""
+
+
+@dataclass
+class ExportSource:
+    """A float32 model in evaluation mode and the tokenizers that go with it."""
+
+    model: VanillaTransformerForConditionalGeneration
+    tokenizer: PreTrainedTokenizerBase
+    target_tokenizer: PreTrainedTokenizerBase | None = None
+    name: str = ""
+
+    @property
+    def config(self) -> VanillaTransformerConfig:
+        return self.model.config
+
+
+def require_packages(target: str) -> None:
+    """Raise ExportError, with the install command, if a package `target` needs is missing."""
+    missing = [name for name in _REQUIREMENTS[target] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ExportError(f"Missing {', '.join(missing)} (for {target}): pip install {' '.join(missing)}")
+
+
+def load_for_export(name_or_path: str | Path) -> ExportSource:
+    """The model and tokenizers of a `save_pretrained` folder or Hub id, in float32, ready to export."""
+    name = str(name_or_path)
+    missing = (
+        f"{name}: no such folder. Give a folder written by save_pretrained (with config.json) or a Hub id"
+    )
+    if not Path(name).exists():
+        try:
+            validate_repo_id(name)
+        except HFValidationError:
+            raise ExportError(missing + ".") from None
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=torch.float32)
+        tokenizer, target_tokenizer = load_tokenizers(name)
+    except (OSError, ValueError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if not Path(name).exists():
+            raise ExportError(f"{missing} that can be downloaded here ({reason}).") from error
+        raise ExportError(
+            f"Cannot load {name} ({reason}). It needs its config, weights and tokenizer."
+        ) from error
+    if not isinstance(model, VanillaTransformerForConditionalGeneration):
+        raise ExportError(
+            f"{name} holds a {type(model).__name__}; the exporters read this package's "
+            "VanillaTransformerForConditionalGeneration (convert other checkpoints with "
+            "scripts/convert_checkpoint.py first)."
+        )
+    return ExportSource(model.eval(), tokenizer, target_tokenizer, name)
+
+
+def read_export_info(folder: str | Path) -> dict[str, Any] | None:
+    """The `EXPORT_INFO_FILE` of an exported folder, or None for any other folder or Hub id."""
+    path = Path(folder) / EXPORT_INFO_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _prepare_output(out: Path, source: ExportSource, force: bool) -> None:
+    """Make `out` an empty folder: refuse a non-empty one unless `force`, and never one holding the model."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file: give a folder.")
+    if out.is_dir() and any(out.iterdir()):
+        if (
+            source.name
+            and Path(source.name).exists()
+            and Path(source.name).resolve().is_relative_to(out.resolve())
+        ):
+            raise ExportError(f"--out {out} holds the model being exported: give another folder.")
+        if not force:
+            raise ExportError(
+                f"--out {out} exists and is not empty: give a new folder, or --force to replace it."
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _save_companions(source: ExportSource, out: Path, engine: str, **details: Any) -> None:
+    """What every exported folder holds besides the model: tokenizers, generation config, export info."""
+    source.tokenizer.save_pretrained(out)
+    if source.target_tokenizer is not None:
+        source.target_tokenizer.save_pretrained(out / TARGET_TOKENIZER_DIR)
+    source.model.generation_config.save_pretrained(out)
+    info = {
+        "engine": engine,
+        "source": source.name,
+        "positions": source.config.max_position_embeddings,
+        "decoder_start_token_id": source.config.decoder_start_token_id,
+        "pad_token_id": source.config.pad_token_id,
+        "eos_token_id": source.config.eos_token_id,
+        **details,
+    }
+    (out / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
