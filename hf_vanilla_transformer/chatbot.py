@@ -23,15 +23,16 @@ can be resumed where it stopped; `chatbot_settings.json` records the settings it
 """
 
 import csv
+import hashlib
 import json
 import random
 import re
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -48,12 +49,15 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
+from transformers.utils import logging
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .resume import check_same_model, describe_differences, find_resume_checkpoint
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .tokenization import train_shared_bpe_tokenizer
+
+logger = logging.get_logger(__name__)
 
 # Shipped inside the package, so that installed wheels have it too (origin and terms: data/README.md).
 DEFAULT_DATA = Path(__file__).resolve().parent / "chatbot_ko" / "ChatbotData.csv"
@@ -69,6 +73,8 @@ TRAIN_SAMPLE_SIZE = 500
 SETTINGS_FILE = "chatbot_settings.json"
 # Settings a resumed run may change: how long it goes on, how often it logs, how many checkpoints it keeps.
 _MAY_CHANGE_ON_RESUME = frozenset(("epochs", "max_steps", "logging_steps", "keep_checkpoints"))
+# What SETTINGS_FILE records of the corpus besides the settings (checked apart from them).
+_CORPUS_KEYS = frozenset(("data", "data_sha256"))
 
 _PUNCTUATION = re.compile(r"([?.!,])")
 _SPACE_BEFORE_PUNCTUATION = re.compile(r" ([?.!,])")
@@ -248,25 +254,45 @@ def masked_token_accuracy(prediction: EvalPrediction) -> dict[str, float]:
     return {"accuracy": float((predictions[mask] == labels[mask]).mean())}
 
 
-def _record_or_check_settings(output_dir: Path, settings: ChatbotSettings, resuming: bool) -> None:
-    """Record a new run's settings in `SETTINGS_FILE`; refuse to resume a run with other settings than it
-    recorded (beyond how long it goes on), since they would shape other batches, another vocabulary or
-    another schedule than those it was trained with."""
+def _corpus_record(data_path: str | Path) -> dict[str, str]:
+    """Which corpus a run reads: its path, and a digest of its contents that a moved copy still matches."""
+    path = Path(data_path).resolve()
+    return {"data": str(path), "data_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def _check_same_corpus(recorded: dict[str, Any], data_path: str | Path, what: str) -> None:
+    """Refuse another corpus than the run's: other pairs would be held out, and batches skipped wrongly."""
+    if "data_sha256" in recorded and recorded["data_sha256"] != _corpus_record(data_path)["data_sha256"]:
+        raise ValueError(
+            f"Cannot {what} on {data_path}: the run was trained on {recorded['data']}, whose contents "
+            f"differ. Give --data {recorded['data']} (or a copy of it)."
+        )
+
+
+def _record_or_check_settings(
+    output_dir: Path, settings: ChatbotSettings, data_path: str | Path, resuming: bool
+) -> None:
+    """Record a new run's settings and corpus in `SETTINGS_FILE`; refuse to resume a run with other settings
+    than it recorded (beyond how long it goes on) or on another corpus, since they would shape other
+    batches, another vocabulary or another schedule than those it was trained with."""
     recorded_file = output_dir / SETTINGS_FILE
-    current = asdict(settings)
-    if not resuming:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        recorded_file.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
-        return
-    if recorded_file.is_file():
+    current = {**asdict(settings), **_corpus_record(data_path)}
+    if resuming and recorded_file.is_file():
         recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
-        differences = describe_differences(recorded, current, _MAY_CHANGE_ON_RESUME, "the run")
+        _check_same_corpus(recorded, data_path, f"resume {output_dir}")
+        differences = describe_differences(recorded, current, _MAY_CHANGE_ON_RESUME | _CORPUS_KEYS, "the run")
         if differences:
             raise ValueError(
                 f"Cannot resume {output_dir} with other settings ({differences}). Resume with the original "
                 f"run's flags (only {', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new "
                 "--output-dir."
             )
+        return
+    if resuming:
+        logger.warning(f"{recorded_file} is missing: the resumed run's settings are recorded as given now.")
+    if PartialState().is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        recorded_file.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
 
 
 def train_chatbot(
@@ -279,8 +305,10 @@ def train_chatbot(
     """Run the tutorial end to end and save a folder that `AutoModelForSeq2SeqLM`, `AutoTokenizer` and
     `load_chatbot` read: weights, config, tokenizer and a greedy generation config.
 
-    Metrics (the Trainer prints them as it goes): `train_loss`, the mean training loss of the whole run;
-    `last_logged_loss`, that of the last `logging_steps` updates; and, from the evaluation at the end of
+    Metrics (the Trainer prints them as it goes): `train_steps`, the updates of the whole run, and
+    `updates_this_run`, those since it was resumed (all of them when it was not); `train_loss`, the mean
+    training loss of this run's updates (absent when there were none); `last_logged_loss`, that of the last
+    `logging_steps` updates; and, from the evaluation at the end of
     the last epoch, `eval_train_sample_loss` / `eval_train_sample_accuracy` on up to 500 training pairs
     and, when `settings.eval_size > 0`, `eval_held_out_loss` / `eval_held_out_accuracy` on unseen pairs.
 
@@ -298,7 +326,7 @@ def train_chatbot(
         raise FileExistsError(
             f"{output_dir} already holds a trained chatbot. Choose another --output-dir, or delete it first."
         )
-    _record_or_check_settings(output_dir, settings, resuming=checkpoint is not None)
+    _record_or_check_settings(output_dir, settings, data_path, resuming=checkpoint is not None)
     set_seed(settings.seed)
     questions, answers = load_chatbot_pairs(data_path, settings.limit)
     print(f"Read {len(questions):,} question-answer pairs from {data_path}.")
@@ -355,10 +383,18 @@ def train_chatbot(
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         optimizers=(optimizer, scheduler),
     )
+    steps_before = 0
+    if checkpoint is not None:
+        steps_before = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     seconds = time.perf_counter() - start
-    metrics = {"train_loss": train_output.training_loss, "train_steps": float(train_output.global_step)}
+    metrics = {
+        "train_steps": float(train_output.global_step),
+        "updates_this_run": float(train_output.global_step - steps_before),
+    }
+    if steps_before < train_output.global_step:
+        metrics["train_loss"] = train_output.training_loss
     # The Trainer also evaluates when max_steps cuts an epoch short: the last entries are the final weights.
     for entry in trainer.state.log_history:
         metrics.update({key: value for key, value in entry.items() if key.startswith("eval_")})
@@ -377,15 +413,26 @@ def load_chatbot(
     return model, AutoTokenizer.from_pretrained(path)
 
 
-def read_chatbot_settings(path: str | Path) -> ChatbotSettings:
-    """The settings a chatbot folder was trained with, from its `SETTINGS_FILE`."""
+def _read_record(path: str | Path) -> dict[str, Any]:
     recorded = Path(path) / SETTINGS_FILE
     if not recorded.is_file():
         raise FileNotFoundError(
             f"{path} has no {SETTINGS_FILE}: its held-out pairs are known only for a folder that "
             "`vanilla-transformer chatbot train` wrote."
         )
-    return ChatbotSettings(**json.loads(recorded.read_text(encoding="utf-8")))
+    return json.loads(recorded.read_text(encoding="utf-8"))
+
+
+def read_chatbot_settings(path: str | Path) -> ChatbotSettings:
+    """The settings a chatbot folder was trained with, from its `SETTINGS_FILE`."""
+    recorded = _read_record(path)
+    names = {setting.name for setting in fields(ChatbotSettings)}
+    missing = sorted(names - recorded.keys())
+    if missing:
+        raise ValueError(
+            f"{Path(path) / SETTINGS_FILE} lacks {', '.join(missing)}: it is not a chatbot run's."
+        )
+    return ChatbotSettings(**{name: recorded[name] for name in names})
 
 
 @dataclass
@@ -403,13 +450,23 @@ class HeldOutEvaluation:
 
 @torch.no_grad()
 def evaluate_held_out(
-    path: str | Path, data_path: str | Path = DEFAULT_DATA, num_examples: int = 5
+    path: str | Path, data_path: str | Path | None = None, num_examples: int = 5
 ) -> HeldOutEvaluation:
-    """Draw again the pairs that the run in `path` held out (its recorded settings, its vocabulary, the same
-    corpus) and measure the chatbot on them: questions it never saw in training."""
+    """Draw again the pairs that the run in `path` held out (its recorded settings, its vocabulary, its
+    corpus: `data_path`, by default the one it recorded) and measure the chatbot on them: questions it never
+    saw in training. The loss is per target token (the Trainer's evaluation averages per-batch means)."""
     settings = read_chatbot_settings(path)
+    recorded = _read_record(path)
+    if data_path is None:
+        data_path = recorded.get("data", DEFAULT_DATA)
+    _check_same_corpus(recorded, data_path, f"evaluate {path}")
     if settings.eval_size == 0:
         raise ValueError(f"{path} was trained on every pair (eval_size 0): it held none out to evaluate on.")
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{path} holds no trained chatbot yet (the run stopped before its end?): finish it with "
+            f"`vanilla-transformer chatbot train --output-dir {path} --resume`."
+        )
     model, tokenizer = load_chatbot(path)
     questions, answers = load_chatbot_pairs(data_path, settings.limit)
     _, held_out = _hold_out(

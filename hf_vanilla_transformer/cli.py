@@ -4,7 +4,10 @@ could use."""
 
 import argparse
 import math
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 
@@ -31,6 +34,25 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# This package's own source files: an error raised in one of them is a refusal written for the user.
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+@contextmanager
+def refusals_in_one_line(parser: ArgumentParser) -> Iterator[None]:
+    """Report what this package refuses (a ValueError, or a file missing or in the way, raised by its own
+    code: a folder of checkpoints without --resume, a resume with another recipe, missing data) as the
+    parser's one-line error with exit status 2. The same errors raised inside another library are not
+    refusals written for the user, and keep their traceback."""
+    try:
+        yield
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        origin = Path(traceback.extract_tb(error.__traceback__)[-1].filename).resolve()
+        if not origin.is_relative_to(PACKAGE_DIR):
+            raise
+        parser.error(str(error))
 
 
 Number = TypeVar("Number", int, float)
@@ -76,4 +98,5 @@ __all__ = [
     "positive_float",
     "positive_int",
     "probability",
+    "refusals_in_one_line",
 ]

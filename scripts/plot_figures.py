@@ -15,7 +15,6 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from hf_vanilla_transformer.averaging import last_checkpoints
 from hf_vanilla_transformer.chatbot import load_chatbot, preprocess_sentence
 from hf_vanilla_transformer.cli import ArgumentParser, positive_int
 from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -85,9 +84,11 @@ def main(argv: list[str] | None = None) -> None:
         for kind, name in ATTENTION_FILES.items():
             plot_attention(maps, kind, path=args.out / name)
             written.append(args.out / name)
-        if last_checkpoints(args.model, k=None):
+        try:
+            plot_chatbot_curves(args.model, path=args.out / "chatbot_training.png")
             written.append(args.out / "chatbot_training.png")
-            plot_chatbot_curves(args.model, path=written[-1])
+        except FileNotFoundError as error:  # a folder without its run's checkpoints
+            print(f"Skipped chatbot_training.png: {error}")
     if args.translation_model is not None:
         model = VanillaTransformerForConditionalGeneration.from_pretrained(
             args.translation_model, attn_implementation="eager"

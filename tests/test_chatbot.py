@@ -1,5 +1,6 @@
 """The Keras chatbot tutorial on this package: preprocessing, data, a short training run, answers and CLI."""
 
+import csv
 import importlib.util
 import io
 import json
@@ -208,3 +209,73 @@ def test_evaluation_draws_again_the_pairs_the_run_held_out(trained, capsys):
     with pytest.raises(SystemExit) as exited:
         _load_script("chatbot").main(["evaluate", "--model", str(trained.output_dir / "checkpoint-40")])
     assert exited.value.code == 2 and "chatbot_settings.json" in capsys.readouterr().err
+
+
+def _corpus_copy(path, first_row: int):
+    """40 rows of the shipped corpus from `first_row` on, as a CSV of its own."""
+    with DEFAULT_DATA.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.reader(handle))
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows([rows[0], *rows[1 + first_row : 41 + first_row]])
+    return path
+
+
+def test_a_run_keeps_to_its_corpus_when_resumed_and_evaluated(tmp_path, capsys):
+    chatbot = _load_script("chatbot")
+    own = _corpus_copy(tmp_path / "own.csv", first_row=200)
+    flags = [
+        "--limit",
+        "40",
+        "--eval-size",
+        "8",
+        "--max-steps",
+        "2",
+        "--vocab-size",
+        "1000",
+        "--num-layers",
+        "1",
+    ]
+    flags += ["--d-model", "32", "--num-heads", "4", "--dff", "64", "--output-dir", str(tmp_path / "run")]
+    chatbot.main(["train", "--data", str(own), *flags])
+    capsys.readouterr()
+
+    # The held-out pairs are drawn again from the corpus the run recorded, whatever the default.
+    evaluation = evaluate_held_out(tmp_path / "run", num_examples=8)
+    questions, _ = load_chatbot_pairs(own)
+    assert {question for question, _, _ in evaluation.examples} <= {postprocess_answer(q) for q in questions}
+
+    for command in (
+        ["train", *flags, "--resume"],
+        ["evaluate", "--model", str(tmp_path / "run"), "--data", str(DEFAULT_DATA)],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            chatbot.main(command)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and f"trained on {own.resolve()}, whose contents differ" in err, err
+    # A moved copy of the same corpus is the same corpus.
+    moved = shutil.copy(own, tmp_path / "moved.csv")
+    chatbot.main(["train", "--data", str(moved), *flags, "--resume", "--max-steps", "3"])
+    assert "Final after 3 updates" in capsys.readouterr().out
+
+
+def test_resuming_a_finished_run_trains_nothing_and_says_so(tmp_path):
+    run = tmp_path / "run"
+    train_chatbot(run, settings=replace(TINY, max_steps=2), show_progress=False)
+    again = train_chatbot(run, settings=replace(TINY, max_steps=2), show_progress=False, resume=True)
+    assert again.metrics["train_steps"] == 2 and again.metrics["updates_this_run"] == 0
+    assert "train_loss" not in again.metrics and "eval_held_out_accuracy" in again.metrics
+    # A run whose settings file was lost gets one again from the settings it is resumed with.
+    (run / SETTINGS_FILE).unlink()
+    train_chatbot(run, settings=replace(TINY, max_steps=3), show_progress=False, resume=True)
+    assert json.loads((run / SETTINGS_FILE).read_text())["max_steps"] == 3
+
+
+def test_evaluating_a_run_that_has_not_finished_is_refused_in_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    train_chatbot(run, settings=replace(TINY, max_steps=2), show_progress=False)
+    for name in ("config.json", "model.safetensors"):
+        (run / name).unlink()
+    with pytest.raises(SystemExit) as exited:
+        _load_script("chatbot").main(["evaluate", "--model", str(run)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "holds no trained chatbot yet" in err and "--resume" in err

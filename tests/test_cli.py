@@ -17,6 +17,8 @@ import torch
 from conftest import REPO_ROOT, tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from hf_vanilla_transformer.chatbot import read_chatbot_settings
+from hf_vanilla_transformer.cli import ArgumentParser, refusals_in_one_line
 from hf_vanilla_transformer.commands import COMMANDS, command_module
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.commands.translate import main as translate_main
@@ -227,3 +229,14 @@ def test_train_refuses_malformed_overrides(
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     assert message in error and len(error.splitlines()) == 1
+
+
+def test_only_the_packages_own_refusals_become_one_line_errors(tmp_path, capsys):
+    parser = ArgumentParser(prog="prog")
+    with pytest.raises(SystemExit) as exited, refusals_in_one_line(parser):
+        read_chatbot_settings(tmp_path)  # raised by the package: a refusal written for the user
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith(f"prog: error: {tmp_path} has no chatbot_settings.json")
+    # The same kind of error from elsewhere (here, this test) is no refusal, and keeps its traceback.
+    with pytest.raises(ValueError, match="from elsewhere"), refusals_in_one_line(parser):
+        raise ValueError("from elsewhere")

@@ -1,4 +1,5 @@
-"""export.py, engines.py and scripts/export.py: CTranslate2 and ONNX exports decode as generate() does.
+"""The export package, engines.py and scripts/export.py: CTranslate2 and ONNX exports decode as
+generate() does.
 
 The models are trained here for a few seconds to reverse word sequences (with separate vocabularies, also to
 write them in upper case): far from perfect, so that their outputs vary in length and content as a real

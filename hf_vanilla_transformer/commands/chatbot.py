@@ -32,6 +32,7 @@ from ..cli import (
     positive_float,
     positive_int,
     probability,
+    refusals_in_one_line,
 )
 
 # Each ChatbotSettings field's flag: how its value is read and what it means (defaults: the tutorial's).
@@ -62,10 +63,13 @@ def _train(args: argparse.Namespace) -> None:
     settings = ChatbotSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ChatbotSettings)})
     result = train_chatbot(args.output_dir, args.data, settings, resume=args.resume)
     metrics = result.metrics
-    parts = [
-        f"training loss {metrics.get('last_logged_loss', metrics['train_loss']):.4f} "
-        f"(mean over the run {metrics['train_loss']:.4f})"
-    ]
+    parts = []
+    if "last_logged_loss" in metrics:
+        parts.append(f"training loss {metrics['last_logged_loss']:.4f}")
+    if "train_loss" in metrics:
+        parts.append(
+            f"mean over this run's {metrics['updates_this_run']:.0f} updates {metrics['train_loss']:.4f}"
+        )
     for split, name in (("train_sample", "training sample"), ("held_out", "held-out")):
         if f"eval_{split}_accuracy" in metrics:
             loss, accuracy = metrics[f"eval_{split}_loss"], metrics[f"eval_{split}_accuracy"]
@@ -118,7 +122,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     evaluate.add_argument("--model", type=Path, default=Path("runs/chatbot_ko"), help=MODEL_HELP)
     evaluate.add_argument(
-        "--data", type=Path, default=DEFAULT_DATA, help="the CSV the chatbot was trained on"
+        "--data", type=Path, help="the CSV the chatbot was trained on (default: the one its run recorded)"
     )
     evaluate.add_argument(
         "--examples", type=non_negative_int, default=5, help="held-out questions to answer and show"
@@ -135,17 +139,16 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
-    """Train the chatbot or talk to it, as `args.command` says."""
+    """Train the chatbot, evaluate it or talk to it, as `args.command` says; what the library refuses is
+    reported in one line."""
     if args.command in ("chat", "evaluate") and not args.model.is_dir():
         parser.error(
             f"--model {args.model}: no such folder; train one with `vanilla-transformer chatbot train` first."
         )
-    if args.command in ("train", "evaluate") and not args.data.is_file():
+    if args.command in ("train", "evaluate") and args.data is not None and not args.data.is_file():
         parser.error(f"--data {args.data}: no such file; give a CSV with columns Q and A.")
-    try:
+    with refusals_in_one_line(parser):
         args.run(args)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
-        parser.error(str(error))
 
 
 def main(argv: list[str] | None = None) -> None:

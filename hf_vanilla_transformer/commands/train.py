@@ -25,7 +25,7 @@ from transformers.integrations.integration_utils import (
     is_flytekit_available,
 )
 
-from ..cli import ArgumentParser, non_negative_int, positive_float, positive_int
+from ..cli import ArgumentParser, non_negative_int, positive_float, positive_int, refusals_in_one_line
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..presets import TRAINING_PRESETS, TrainingPreset
 from ..training import TrainingSettings, run_training
@@ -261,10 +261,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Train, average and evaluate as `args` say; what the run refuses (a folder of checkpoints without
     --resume, a resume with another recipe, missing or mismatched data) is reported in one line."""
     settings = training_settings(args, parser)
-    try:
+    with refusals_in_one_line(parser):
         run_training(settings)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
-        parser.error(str(error))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,7 +21,7 @@ says which engine reads the folder. `engines.load_translator` reads such folders
 Both tables of positions have `max_position_embeddings` rows (the config's), where the PyTorch model
 computes sinusoids for any position: the engines refuse longer inputs and stop outputs at the table's end.
 
-Modules: `common` (loading, output folders, export info), `ctranslate2_spec`, `shortlist`, `onnx_graphs`;
+Modules: `common` (loading, output folders, export info), `ctranslate2_export`, `shortlist`, `onnx_graphs`;
 `export` below picks one from a target name.
 """
 
@@ -36,7 +36,7 @@ from .common import (
     read_export_info,
     require_packages,
 )
-from .ctranslate2_spec import (
+from .ctranslate2_export import (
     CTRANSLATE2_QUANTIZATIONS,
     ctranslate2_refusals,
     ctranslate2_spec,
