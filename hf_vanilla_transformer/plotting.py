@@ -56,6 +56,9 @@ PREFERRED_HANGUL_FONTS = (
 )
 # Characters a font must have to count as a Hangul font: a common syllable, the first and the last one.
 _HANGUL_PROBE = "한가힣"
+# Fonts that map every code point to a placeholder box (matplotlib bundles "Last Resort High-Efficiency"
+# as its final fallback): they pass the glyph probe but draw no Hangul.
+_PLACEHOLDER_FONT_PREFIX = "Last Resort"
 # matplotlib's bundled font, which has the "▁" word-start mark of the tokenizer that Hangul fonts lack.
 _FALLBACK_FAMILY = "DejaVu Sans"
 
@@ -80,20 +83,24 @@ def find_hangul_font() -> str | None:
 
     Looks at the fonts matplotlib knows (the preferred families first), then at every font file on the
     system, since matplotlib's font cache misses fonts installed after it was built; such a font is added
-    to matplotlib's font manager before its name is returned.
+    to matplotlib's font manager before its name is returned. Placeholder fonts (Last Resort) are passed
+    over: they have every code point, as a box.
     """
     preference = {name: rank for rank, name in enumerate(PREFERRED_HANGUL_FONTS)}
     known = sorted(
         font_manager.fontManager.ttflist, key=lambda entry: preference.get(entry.name, len(preference))
     )
     for entry in known:
-        if _has_glyphs(entry.fname, _HANGUL_PROBE):
+        if not entry.name.startswith(_PLACEHOLDER_FONT_PREFIX) and _has_glyphs(entry.fname, _HANGUL_PROBE):
             return entry.name
     known_paths = {entry.fname for entry in known}
     for path in sorted(font_manager.findSystemFonts()):
-        if path not in known_paths and _has_glyphs(path, _HANGUL_PROBE):
+        if path in known_paths or not _has_glyphs(path, _HANGUL_PROBE):
+            continue
+        name = font_manager.FontProperties(fname=path).get_name()
+        if not name.startswith(_PLACEHOLDER_FONT_PREFIX):
             font_manager.fontManager.addfont(path)
-            return font_manager.FontProperties(fname=path).get_name()
+            return name
     return None
 
 
@@ -215,10 +222,13 @@ def plot_chatbot_curves(run_dir: str | Path, path: str | Path | None = None) -> 
             series[f"{name} {metric}"] = [(entry["epoch"], entry[key]) for entry in history if key in entry]
     figure = Figure(figsize=(11, 4.5))
     loss_axes, accuracy_axes = figure.subplots(1, 2)
+    # One colour per set of pairs, the same in both panels.
+    colours = {"train": "C0", "held-out": "C1", "training": "C2"}
     for name, points in series.items():
         if points:
             axes = accuracy_axes if name.endswith("accuracy") else loss_axes
-            axes.plot(*zip(*points), marker=None if name == "train loss" else ".", label=name)
+            marker = None if name == "train loss" else "."
+            axes.plot(*zip(*points), marker=marker, color=colours[name.split()[0]], label=name)
     loss_axes.set_ylabel("Cross-entropy")
     accuracy_axes.set_ylabel("Token accuracy (teacher-forced)")
     for axes in (loss_axes, accuracy_axes):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO_ROOT, tiny_config
+from matplotlib import font_manager
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, plotting
 from hf_vanilla_transformer.chatbot import (
@@ -83,6 +84,23 @@ def test_without_a_hangul_font_tokens_become_ids_with_a_warning(maps, monkeypatc
         figure = plotting.plot_attention(maps, "encoder")
     labels = [label.get_text() for label in figure.axes[0].get_xticklabels()]
     assert labels == [str(token_id) for token_id in maps.source_ids]
+
+
+def test_a_last_resort_font_is_not_taken_for_a_hangul_font(monkeypatch):
+    last_resort = [
+        entry for entry in font_manager.fontManager.ttflist if entry.name.startswith("Last Resort")
+    ]
+    if not last_resort:
+        pytest.skip("this matplotlib bundles no Last Resort font")
+    # Its charmap holds every Hangul syllable, each drawn as a box.
+    assert plotting._has_glyphs(last_resort[0].fname, "한가힣")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", last_resort)
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda: [entry.fname for entry in last_resort])
+    plotting.find_hangul_font.cache_clear()
+    try:
+        assert plotting.find_hangul_font() is None
+    finally:
+        plotting.find_hangul_font.cache_clear()
 
 
 def test_attention_maps_need_eager_attention(tokenizer):
