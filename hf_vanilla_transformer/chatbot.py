@@ -260,11 +260,12 @@ def _corpus_record(data_path: str | Path) -> dict[str, str]:
     return {"data": str(path), "data_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
-def _check_same_corpus(recorded: dict[str, Any], data_path: str | Path, what: str) -> None:
-    """Refuse another corpus than the run's: other pairs would be held out, and batches skipped wrongly."""
-    if "data_sha256" in recorded and recorded["data_sha256"] != _corpus_record(data_path)["data_sha256"]:
+def _check_same_corpus(recorded: dict[str, Any], corpus: dict[str, str], what: str) -> None:
+    """Refuse another corpus (a `_corpus_record`) than the run's: other pairs would be held out, and batches
+    skipped wrongly."""
+    if "data_sha256" in recorded and recorded["data_sha256"] != corpus["data_sha256"]:
         raise ValueError(
-            f"Cannot {what} on {data_path}: the run was trained on {recorded['data']}, whose contents "
+            f"Cannot {what} on {corpus['data']}: the run was trained on {recorded['data']}, whose contents "
             f"differ. Give --data {recorded['data']} (or a copy of it)."
         )
 
@@ -276,10 +277,11 @@ def _record_or_check_settings(
     than it recorded (beyond how long it goes on) or on another corpus, since they would shape other
     batches, another vocabulary or another schedule than those it was trained with."""
     recorded_file = output_dir / SETTINGS_FILE
-    current = {**asdict(settings), **_corpus_record(data_path)}
+    corpus = _corpus_record(data_path)
+    current = {**asdict(settings), **corpus}
     if resuming and recorded_file.is_file():
         recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
-        _check_same_corpus(recorded, data_path, f"resume {output_dir}")
+        _check_same_corpus(recorded, corpus, f"resume {output_dir}")
         differences = describe_differences(recorded, current, _MAY_CHANGE_ON_RESUME | _CORPUS_KEYS, "the run")
         if differences:
             raise ValueError(
@@ -425,7 +427,10 @@ def _read_record(path: str | Path) -> dict[str, Any]:
 
 def read_chatbot_settings(path: str | Path) -> ChatbotSettings:
     """The settings a chatbot folder was trained with, from its `SETTINGS_FILE`."""
-    recorded = _read_record(path)
+    return _settings_from_record(_read_record(path), path)
+
+
+def _settings_from_record(recorded: dict[str, Any], path: str | Path) -> ChatbotSettings:
     names = {setting.name for setting in fields(ChatbotSettings)}
     missing = sorted(names - recorded.keys())
     if missing:
@@ -455,11 +460,11 @@ def evaluate_held_out(
     """Draw again the pairs that the run in `path` held out (its recorded settings, its vocabulary, its
     corpus: `data_path`, by default the one it recorded) and measure the chatbot on them: questions it never
     saw in training. The loss is per target token (the Trainer's evaluation averages per-batch means)."""
-    settings = read_chatbot_settings(path)
     recorded = _read_record(path)
+    settings = _settings_from_record(recorded, path)
     if data_path is None:
         data_path = recorded.get("data", DEFAULT_DATA)
-    _check_same_corpus(recorded, data_path, f"evaluate {path}")
+    _check_same_corpus(recorded, _corpus_record(data_path), f"evaluate {path}")
     if settings.eval_size == 0:
         raise ValueError(f"{path} was trained on every pair (eval_size 0): it held none out to evaluate on.")
     if not (Path(path) / "config.json").is_file():
