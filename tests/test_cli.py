@@ -152,13 +152,25 @@ BAD_INPUTS = {
         "depth",
     ),
     "train: max steps 0": ("train", ["--output-dir", "out", "--max-steps", "0"], "--max-steps"),
+    "tune: missing dev file": (
+        "tune",
+        ["--model", "MODEL", "--source", "MISSING", "--reference", "MISSING"],
+        "--source",
+    ),
+    "tune: --save with a Hub id": (
+        "tune",
+        ["--model", "org/name", "--source", "SOURCE", "--reference", "SOURCE", "--save"],
+        "--save",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp_path: Path) -> None:
     name, args, named = BAD_INPUTS[case]
+    (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
     replacements = {"MODEL": str(model_dir), "MISSING": str(tmp_path / "missing.en")}
+    replacements["SOURCE"] = str(tmp_path / "dev.en")
     result = run_script(name, *[replacements.get(arg, arg) for arg in args])
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr

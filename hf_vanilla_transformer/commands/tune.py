@@ -1,0 +1,83 @@
+"""Choose the length penalty (alpha) on the development set, as the paper did (Section 6.1): translate the
+dev set once per alpha and compare sacreBLEU; `--save` writes the best into the model's generation config.
+
+    vanilla-transformer tune --model runs/demo/model --source data/multi30k/val.en \
+        --reference data/multi30k/val.de --save
+    vanilla-transformer tune --model runs/demo/ct2 --source val.en --reference val.de \
+        --length-penalties 0.6 1 2
+
+Use a dev set, never the test set.
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from ..cli import ArgumentParser, positive_int
+from ..engines import detect_engine, load_translator
+from ..tuning import DEFAULT_LENGTH_PENALTIES, save_length_penalty, search_length_penalty
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--model", required=True, help="model folder, exported folder or Hub id")
+    parser.add_argument("--source", required=True, help="dev set source sentences, one a line")
+    parser.add_argument("--reference", required=True, help="their reference translations, line for line")
+    parser.add_argument(
+        "--length-penalties",
+        type=float,
+        nargs="+",
+        default=list(DEFAULT_LENGTH_PENALTIES),
+        help="the alphas to try (default: %(default)s)",
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
+    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
+    parser.add_argument(
+        "--save", action="store_true", help="write the best alpha into the model folder's generation config"
+    )
+    return parser
+
+
+def _lines(path: str, flag: str, parser: ArgumentParser) -> list[str]:
+    if not Path(path).is_file():
+        parser.error(f"{flag} {path}: no such file; give a text file with one sentence a line.")
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Print the dev BLEU of every alpha tried and the best; with `--save`, write the best."""
+    sources = _lines(args.source, "--source", parser)
+    references = _lines(args.reference, "--reference", parser)
+    if args.save and not Path(args.model).is_dir():
+        parser.error(f"--save writes into a local model folder; {args.model} is not one: download it first.")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        translator = load_translator(args.model, detect_engine(args.model), threads=args.threads or 0)
+        if (translator.model.generation_config.num_beams or 1) == 1:
+            parser.error(
+                f"{args.model} decodes greedily, where a length penalty changes nothing: set num_beams in "
+                "its generation config (the paper's is 4)."
+            )
+        search = search_length_penalty(
+            translator, sources, references, args.length_penalties, batch_size=args.batch_size, progress=True
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    for alpha, bleu in search.bleu.items():
+        print(f"length penalty {alpha:g}: {bleu}")
+    print(f"best on this dev set: length penalty {search.best:g}")
+    if args.save:
+        try:
+            written = save_length_penalty(args.model, search.best)
+        except FileNotFoundError as error:
+            parser.error(str(error))
+        print(f"wrote length_penalty {search.best:g} into {written}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`vanilla-transformer tune ARGV`."""
+    parser = build_parser()
+    run(parser.parse_args(argv), parser)
