@@ -81,23 +81,27 @@ def test_save_changes_only_the_length_penalty(model_dir):
         save_length_penalty(model_dir.parent / "missing", 1.0)
 
 
-def test_the_command_scores_real_translations_and_saves_the_best(model_dir, tmp_path, capsys):
-    sources = ["A dog runs.", "Two men talk.", "A girl reads."]
-    (tmp_path / "dev.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
-    (tmp_path / "dev.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
-    args = [
+def tune_args(model_dir: Path, folder: Path, sources: list[str], references: list[str]) -> list[str]:
+    """The command's arguments for a dev set of these lines, written into `folder`."""
+    (folder / "dev.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (folder / "dev.de").write_text("\n".join(references) + "\n", encoding="utf-8")
+    return [
         "--model",
         str(model_dir),
         "--source",
-        str(tmp_path / "dev.en"),
+        str(folder / "dev.en"),
         "--reference",
-        str(tmp_path / "dev.de"),
+        str(folder / "dev.de"),
     ]
+
+
+def test_the_command_scores_real_translations_and_saves_the_best(model_dir, tmp_path, capsys):
+    sources = ["A dog runs.", "Two men talk.", "A girl reads."]
+    args = tune_args(model_dir, tmp_path, sources, REFERENCES)
     tune_main([*args, "--length-penalties", "2.0", "0.6", "--save"])
     printed = capsys.readouterr().out
-    # The same search through the library, on the model as it was before --save.
+    # The same search through the library; every translation names its alpha, so the saved one is moot.
     translator = load_translator(model_dir, "torch")
-    translator.model.generation_config.length_penalty = 0.6
     search = search_length_penalty(translator, sources, REFERENCES, [2.0, 0.6])
     for alpha in (2.0, 0.6):
         hypotheses = translator.translate(sources, length_penalty=alpha)
@@ -111,15 +115,6 @@ def test_a_greedy_model_is_refused(model_dir, tmp_path):
     config = GenerationConfig.from_pretrained(model_dir)
     config.num_beams = 1
     config.save_pretrained(model_dir)
-    (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
-    args = [
-        "--model",
-        str(model_dir),
-        "--source",
-        str(tmp_path / "dev.en"),
-        "--reference",
-        str(tmp_path / "dev.en"),
-    ]
     with pytest.raises(SystemExit) as exit_info:
-        tune_main(args)
+        tune_main(tune_args(model_dir, tmp_path, ["A dog runs."], ["Ein Hund rennt."]))
     assert exit_info.value.code == 2
