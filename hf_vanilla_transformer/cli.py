@@ -1,6 +1,6 @@
 """What the commands of `vanilla-transformer` (`hf_vanilla_transformer.commands`) share: a parser that reports
-a bad argument in one line, a help layout that shows defaults, and argument types that refuse values no run
-could use."""
+a bad argument in one line, a help layout that shows defaults, argument types that refuse values no run
+could use, and how a text file of segments is read."""
 
 import argparse
 import math
@@ -53,6 +53,13 @@ def refusals_in_one_line(parser: ArgumentParser) -> Iterator[None]:
         if not origin.is_relative_to(PACKAGE_DIR):
             raise
         parser.error(str(error))
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The segments of a text file, one a line. Only "\n" ends a line: splitlines() would also split at
+    U+2028 and U+0085, which occur inside WMT sentences. The final newline does not start another segment."""
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 Number = TypeVar("Number", int, float)

@@ -65,6 +65,21 @@ def search_length_penalty(
     return LengthPenaltySearch(bleu)
 
 
+def generation_config_file(model_dir: str | Path) -> Path:
+    """The generation config file of the local model folder (or export) `model_dir`.
+
+    Raises:
+        FileNotFoundError: `model_dir` is not a local folder with a generation config.
+    """
+    path = Path(model_dir) / GENERATION_CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{model_dir} is not a local model folder with a {GENERATION_CONFIG_FILE}: download the model "
+            "first, or leave out --save."
+        )
+    return path
+
+
 def save_length_penalty(model_dir: str | Path, alpha: float) -> Path:
     """Write `alpha` as the length penalty of the generation config in `model_dir` (a model folder or an
     export), so that every later translation with it uses it; returns the file written.
@@ -72,13 +87,8 @@ def save_length_penalty(model_dir: str | Path, alpha: float) -> Path:
     Raises:
         FileNotFoundError: `model_dir` is not a local folder with a generation config.
     """
-    folder = Path(model_dir)
-    if not (folder / GENERATION_CONFIG_FILE).is_file():
-        raise FileNotFoundError(
-            f"{folder} is not a local model folder with a {GENERATION_CONFIG_FILE}: download the model "
-            "first, or leave out --save."
-        )
-    config = GenerationConfig.from_pretrained(folder)
+    path = generation_config_file(model_dir)
+    config = GenerationConfig.from_pretrained(path.parent)
     config.length_penalty = alpha
-    config.save_pretrained(folder)
-    return folder / GENERATION_CONFIG_FILE
+    config.save_pretrained(path.parent)
+    return path

@@ -10,15 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import ArgumentParser
+from ..cli import ArgumentParser, read_lines
 from ..evaluation import corpus_bleu, tokenized_bleu
-
-
-def _read_lines(path: Path) -> list[str]:
-    # Only "\n" ends a line: splitlines() would also split at U+2028 and U+0085, which occur inside WMT
-    # sentences. The final newline does not start another segment.
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -35,7 +28,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Print the BLEU score of `args.hypotheses` against `args.references`."""
     try:
-        hypotheses, references = _read_lines(args.hypotheses), _read_lines(args.references)
+        hypotheses, references = read_lines(args.hypotheses), read_lines(args.references)
         score = tokenized_bleu if args.tokenized else corpus_bleu
         result = score(hypotheses, references)
     except (OSError, ValueError, TypeError) as error:

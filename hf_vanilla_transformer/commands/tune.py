@@ -14,9 +14,14 @@ from pathlib import Path
 
 import torch
 
-from ..cli import ArgumentParser, positive_int
+from ..cli import ArgumentParser, positive_int, read_lines, refusals_in_one_line
 from ..engines import detect_engine, load_translator
-from ..tuning import DEFAULT_LENGTH_PENALTIES, save_length_penalty, search_length_penalty
+from ..tuning import (
+    DEFAULT_LENGTH_PENALTIES,
+    generation_config_file,
+    save_length_penalty,
+    search_length_penalty,
+)
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -42,39 +47,32 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 def _lines(path: str, flag: str, parser: ArgumentParser) -> list[str]:
     if not Path(path).is_file():
         parser.error(f"{flag} {path}: no such file; give a text file with one sentence a line.")
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
+    return read_lines(path)
 
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Print the dev BLEU of every alpha tried and the best; with `--save`, write the best."""
     sources = _lines(args.source, "--source", parser)
     references = _lines(args.reference, "--reference", parser)
-    if args.save and not Path(args.model).is_dir():
-        parser.error(f"--save writes into a local model folder; {args.model} is not one: download it first.")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    try:
+    with refusals_in_one_line(parser):
+        if args.save:  # before the search, which takes minutes
+            generation_config_file(args.model)
+        if args.threads is not None:
+            torch.set_num_threads(args.threads)
         translator = load_translator(args.model, detect_engine(args.model), threads=args.threads or 0)
         if (translator.model.generation_config.num_beams or 1) == 1:
-            parser.error(
+            raise ValueError(
                 f"{args.model} decodes greedily, where a length penalty changes nothing: set num_beams in "
                 "its generation config (the paper's is 4)."
             )
         search = search_length_penalty(
             translator, sources, references, args.length_penalties, batch_size=args.batch_size, progress=True
         )
-    except ValueError as error:
-        parser.error(str(error))
-    for alpha, bleu in search.bleu.items():
-        print(f"length penalty {alpha:g}: {bleu}")
-    print(f"best on this dev set: length penalty {search.best:g}")
-    if args.save:
-        try:
-            written = save_length_penalty(args.model, search.best)
-        except FileNotFoundError as error:
-            parser.error(str(error))
-        print(f"wrote length_penalty {search.best:g} into {written}")
+        for alpha, bleu in search.bleu.items():
+            print(f"length penalty {alpha:g}: {bleu}")
+        print(f"best on this dev set: length penalty {search.best:g}")
+        if args.save:
+            print(f"wrote length_penalty {search.best:g} into {save_length_penalty(args.model, search.best)}")
 
 
 def main(argv: list[str] | None = None) -> None:
