@@ -104,7 +104,15 @@ def check_same_model(checkpoint: Path, config: VanillaTransformerConfig) -> None
 # Recipe fields a resumed run may change: how long it goes on and how it saves and evaluates. The rest
 # shape its batches, schedule and numerics, so changing them midway would not continue the same run.
 _MAY_CHANGE_ON_RESUME = frozenset(
-    ("max_steps", "max_minutes", "save_steps", "keep_checkpoints", "average_checkpoints", "eval_steps")
+    (
+        "max_steps",
+        "max_minutes",
+        "save_steps",
+        "keep_checkpoints",
+        "average_checkpoints",
+        "eval_steps",
+        "tune_length_penalty",
+    )
 )
 
 

@@ -10,7 +10,8 @@
   number of processes, recorded in `training_recipe.json`); the training time and target tokens of every
   segment are stored with each checkpoint, so the time budget and the tokens/s figure cover the whole run.
   The last K checkpoints are averaged into the final model (Section 6.1), which is then evaluated with the
-  paper's beam search and sacreBLEU.
+  paper's beam search and sacreBLEU (`run_report`), its length penalty chosen on the dev set where the
+  recipe says so.
 
 `run_training` is what the `train` command calls; tests call it too. Progress goes to the
 `hf_vanilla_transformer` logger (`transformers.utils.logging`), from the main process only.
@@ -53,9 +54,9 @@ from .modeling_vanilla_transformer import VanillaTransformerForConditionalGenera
 from .presets import TRAINING_PRESETS, TrainingPreset
 from .progress import DevLossCallback, TrainingClock, TrainingProgressBar
 from .resume import RECIPE_FILE, check_same_model, check_same_recipe, find_resume_checkpoint, recipe_record
+from .run_report import final_scores, format_summary
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
-from .translation import translate
 
 TOKENIZER_DIR = "tokenizer"
 FINAL_MODEL_DIR = "model"
@@ -73,7 +74,9 @@ class TrainingSettings:
 
     `dataloader_workers` is the number of data-loading processes per device (default: a few on a GPU, none
     on a CPU); `report_to` names the trackers the Trainer reports to ("none", "all", "tensorboard", ...);
-    `eval_bleu` adds dev BLEU to every dev evaluation during training (beam search on the whole dev set)."""
+    `eval_bleu` adds dev BLEU to every dev evaluation during training (beam search on the whole dev set);
+    `tune_length_penalty` chooses the final model's length penalty on the dev set (None: as the preset
+    says, where the run has a dev set and decodes with a beam)."""
 
     output_dir: str
     train: str = "data/multi30k/train"
@@ -113,6 +116,7 @@ class TrainingSettings:
     eval_batch_size: int = 64
     max_eval_sentences: int | None = None
     eval_bleu: bool = False
+    tune_length_penalty: bool | None = None
     model_overrides: dict[str, Any] = field(default_factory=dict)
 
     def recipe(self) -> TrainingPreset:
@@ -367,29 +371,11 @@ def _load_split(settings: TrainingSettings, source: str | None, target: str | No
     )
 
 
-def _evaluate_bleu(
-    model: VanillaTransformerForConditionalGeneration,
-    tokenizer: PreTrainedTokenizerBase,
-    pairs: Any,
-    settings: TrainingSettings,
-    name: str,
-) -> tuple[dict[str, Any], list[str]]:
-    """Translates `pairs` with the paper's beam search and scores it with the package's sacreBLEU metric
-    (through `evaluate`), Section 6.1."""
-    sources, references = list(pairs["src"]), list(pairs["tgt"])
-    if settings.max_eval_sentences is not None:
-        sources, references = (
-            sources[: settings.max_eval_sentences],
-            references[: settings.max_eval_sentences],
-        )
-    hypotheses = translate(
-        model, tokenizer, sources, batch_size=settings.eval_batch_size, num_beams=settings.num_beams
-    )
-    bleu = corpus_bleu(hypotheses, references)
-    logger.info(
-        f"{name} BLEU {bleu.score:.2f} ({len(sources)} sentences, beam {settings.num_beams}) {bleu.signature}"
-    )
-    return {"bleu": bleu.score, "bleu_signature": bleu.signature, "sentences": len(sources)}, hypotheses
+def _texts(pairs: Dataset | None, limit: int | None) -> tuple[list[str], list[str]] | None:
+    """The source sentences and references of `pairs`, the first `limit` of them where given."""
+    if pairs is None:
+        return None
+    return list(pairs["src"])[:limit], list(pairs["tgt"])[:limit]
 
 
 def _show_progress(is_main_process: bool) -> None:
@@ -409,6 +395,13 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     workers = settings.workers()
     if settings.eval_bleu and settings.dev is None:
         raise ValueError("eval_bleu scores the dev set during training, but the run has none: pass --dev.")
+    if settings.tune_length_penalty and settings.dev is None:
+        raise ValueError("tune_length_penalty chooses alpha on the dev set, but the run has none: pass --dev")
+    if settings.tune_length_penalty and settings.num_beams == 1:
+        raise ValueError(
+            "tune_length_penalty chooses alpha for beam search, but num_beams is 1 (greedy, where a length "
+            "penalty changes nothing): give num_beams 2 or more, or leave tuning out."
+        )
     output_dir = Path(settings.output_dir)
     state = PartialState(cpu=not torch.cuda.is_available())
     _show_progress(state.is_main_process)
@@ -541,22 +534,19 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
 
     model.save_pretrained(final_dir)
     tokenizer.save_pretrained(final_dir)
-    if dev_pairs is not None:
-        dev, _ = _evaluate_bleu(model, tokenizer, dev_pairs, settings, "dev")
-        results["dev_bleu"], results["dev_bleu_signature"] = dev["bleu"], dev["bleu_signature"]
+    results |= final_scores(
+        model,
+        tokenizer,
+        _texts(dev_pairs, settings.max_eval_sentences),
+        _texts(test_pairs, settings.max_eval_sentences),
+        num_beams=settings.num_beams,
+        batch_size=settings.eval_batch_size,
+        tune_length_penalty=recipe.tune_length_penalty and settings.num_beams > 1,
+    )
+    # The length penalty chosen on the dev set, for every later translation with the model.
+    model.generation_config.save_pretrained(final_dir)
     if test_pairs is not None:
-        test, hypotheses = _evaluate_bleu(model, tokenizer, test_pairs, settings, "test")
-        results.update(
-            test_set=settings.test,
-            test_sentences=test["sentences"],
-            bleu=test["bleu"],
-            bleu_signature=test["bleu_signature"],
-        )
-        first = test_pairs[:5]
-        results["samples"] = [
-            {"source": s, "reference": r, "translation": h}
-            for s, r, h in zip(first["src"], first["tgt"], hypotheses[:5])
-        ]
+        results["test_set"] = settings.test
     (final_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     logger.info(format_summary(results))
     return results
@@ -577,27 +567,3 @@ def _leave_process_group(state: PartialState, trainer: Seq2SeqTrainer) -> None:
     gc.collect()
     state.wait_for_everyone()
     state.destroy_process_group()
-
-
-def format_summary(results: dict[str, Any]) -> str:
-    """The end-of-run summary box of `run_training`'s results: speed, dev and test scores, a few samples."""
-    lines = [
-        "",
-        "=" * 72,
-        f"steps {results['steps']}  |  {results['train_seconds']} s of training  |  "
-        f"{results['target_tokens_per_second']} target tokens/s",
-    ]
-    dev = [f"dev loss {results['dev_loss']}"] if "dev_loss" in results else []
-    dev += [f"dev BLEU {results['dev_bleu']:.2f}"] if "dev_bleu" in results else []
-    if dev:
-        lines.append("  |  ".join(dev))
-    if "bleu" in results:
-        lines.append(f"test BLEU {results['bleu']:.2f}  ({results['test_set']})  {results['bleu_signature']}")
-    for sample in results.get("samples", [])[:3]:
-        lines += [
-            f"  src: {sample['source']}",
-            f"  ref: {sample['reference']}",
-            f"  hyp: {sample['translation']}",
-        ]
-    lines += [f"model saved in {results['model_dir']}", "=" * 72]
-    return "\n".join(lines)

@@ -41,9 +41,11 @@ def search_length_penalty(
     *,
     batch_size: int = 64,
     progress: bool = False,
+    **generate_kwargs: Any,
 ) -> LengthPenaltySearch:
     """Translate the dev `sources` once per length penalty (alpha, with the model's other decoding
-    settings) and score each output against `references` with sacreBLEU.
+    settings unless `generate_kwargs` override them) and score each output against `references` with
+    sacreBLEU.
 
     Raises:
         ValueError: no length penalty, a negative one, or sources and references of different lengths.
@@ -59,7 +61,7 @@ def search_length_penalty(
     bleu = {}
     for alpha in dict.fromkeys(float(value) for value in length_penalties):
         hypotheses = translator.translate(
-            sources, batch_size=batch_size, progress=progress, length_penalty=alpha
+            sources, batch_size=batch_size, progress=progress, **generate_kwargs, length_penalty=alpha
         )
         bleu[alpha] = corpus_bleu(hypotheses, references)
     return LengthPenaltySearch(bleu)

@@ -118,8 +118,13 @@ def test_train_help_shows_what_every_preset_sets(capsys: pytest.CaptureFixture[s
         expected += [f"{key}={value}" for key, value in preset.model_overrides.items()]
         for field in dataclasses.fields(preset):
             value = getattr(preset, field.name)
-            if field.name not in ("model_preset", "model_overrides", "bf16") and value is not None:
-                expected.append(f"--{field.name.replace('_', '-')} {value} ")
+            flag = f"--{field.name.replace('_', '-')}"
+            if field.name in ("model_preset", "model_overrides", "bf16") or value is None:
+                continue
+            if isinstance(value, bool):  # an on/off flag, shown as the flag or its --no- form
+                expected.append(f"{flag} " if value else f"--no-{flag[2:]} ")
+            else:
+                expected.append(f"{flag} {value} ")
         assert [text for text in expected if text not in shown[name] + " "] == [], name
 
 

@@ -17,7 +17,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups, training
+from hf_vanilla_transformer.evaluation import corpus_bleu
 from hf_vanilla_transformer.training import TrainingSettings, run_training
+from hf_vanilla_transformer.translation import translate
+from hf_vanilla_transformer.tuning import DEFAULT_LENGTH_PENALTIES
 
 TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-override", "h=2",
         "--model-override", "d_ff=64", "--vocab-size", "300", "--max-tokens", "256",
@@ -299,3 +302,55 @@ def test_dev_bleu_at_every_dev_evaluation(corpus, tmp_path, caplog):
     scores = {entry["step"]: entry["eval_bleu"] for entry in history if "eval_loss" in entry}
     assert sorted(scores) == [1, 2] and all(0 <= score <= 100 for score in scores.values())
     assert "step 1: dev loss" in caplog.text and ", dev BLEU" in caplog.text
+
+
+def test_length_penalty_chosen_on_dev_is_saved_and_decodes_the_test_set(corpus, tmp_path):
+    """tune_length_penalty (Section 6.1): the dev set is translated at each alpha, the best is written into
+    the saved model's generation config, and the test set is translated with it. Every recorded score is
+    checked against translations made afresh with the saved model."""
+    # Trained on its dev set, which it partly learns by heart in 100 steps, so that alphas score differently.
+    run = settings(
+        corpus, tmp_path, train=str(corpus / "val"), dev=str(corpus / "val"),
+        test=str(corpus / "test_2016_flickr"), max_steps=100, warmup_steps=20, vocab_size=200,
+        tune_length_penalty=True, max_eval_sentences=12,
+    )  # fmt: skip
+    results = run_training(run)
+    by_alpha = results["dev_bleu_by_length_penalty"]
+    assert len(set(by_alpha.values())) > 1, f"every alpha scores the same, which tests no choice: {by_alpha}"
+    assert list(by_alpha) == [f"{alpha:g}" for alpha in DEFAULT_LENGTH_PENALTIES]
+    best = max(DEFAULT_LENGTH_PENALTIES, key=lambda alpha: by_alpha[f"{alpha:g}"])
+    assert results["length_penalty"] == best and results["dev_bleu"] == by_alpha[f"{best:g}"]
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert model.generation_config.length_penalty == best
+    lines = {
+        split: [(corpus / f"{split}.{lang}").read_text().splitlines()[:12] for lang in ("en", "de")]
+        for split in ("val", "test_2016_flickr")
+    }
+    sources, references = lines["val"]
+    for alpha in DEFAULT_LENGTH_PENALTIES:
+        hypotheses = translate(model, tokenizer, sources, progress=False, length_penalty=alpha)
+        assert corpus_bleu(hypotheses, references).score == by_alpha[f"{alpha:g}"], alpha
+    sources, references = lines["test_2016_flickr"]
+    hypotheses = translate(model, tokenizer, sources, progress=False)  # the saved generation config
+    assert corpus_bleu(hypotheses, references).score == results["bleu"]
+    assert [sample["translation"] for sample in results["samples"]] == hypotheses[:5]
+
+
+def test_without_tuning_the_paper_length_penalty_stays(corpus, tmp_path):
+    run = settings(corpus, tmp_path, dev=str(corpus / "val"), max_eval_sentences=4, tune_length_penalty=False)
+    results = run_training(run)
+    assert results["length_penalty"] == 0.6 and "dev_bleu_by_length_penalty" not in results
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "model").generation_config.length_penalty == 0.6
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [({"dev": None}, "the run has none: pass --dev"), ({"num_beams": 1}, "num_beams is 1")],
+)
+def test_tuning_refuses_runs_it_cannot_tune(corpus, tmp_path, overrides, message):
+    run = settings(corpus, tmp_path, **{"dev": str(corpus / "val"), "tune_length_penalty": True, **overrides})
+    with pytest.raises(ValueError, match=message):
+        run_training(run)
+    assert not (tmp_path / "model").exists()

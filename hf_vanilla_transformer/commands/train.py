@@ -100,11 +100,14 @@ def preset_summary(name: str, preset: TrainingPreset) -> str:
     words = [f"model {preset.model_preset}" + (f" with {model}" if model else "") + ";"]
     for field in dataclasses.fields(preset):
         value = getattr(preset, field.name)
-        if field.name == "bf16":
+        flag = f"--{field.name.replace('_', '-')}"
+        if field.name == "bf16" and value:
             # A preset's bf16 applies only where bf16 is native; an explicit --bf16 applies everywhere.
-            words.append("--bf16 (where the CPU or GPU computes bf16 natively)" if value else "--no-bf16")
+            words.append("--bf16 (where the CPU or GPU computes bf16 natively)")
+        elif isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
         elif field.name not in ("model_preset", "model_overrides") and value is not None:
-            words.append(f"--{field.name.replace('_', '-')} {value}")
+            words.append(f"{flag} {value}")
     # Lines break between flags, never within one or between a flag and its value (those spaces wait as NULs).
     text = " ".join(word.replace(" ", "\0") for word in words)
     indents = {"initial_indent": f"  {name:<9} ", "subsequent_indent": " " * 12}
@@ -219,6 +222,12 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--eval-bleu",
         action="store_true",
         help="dev BLEU (beam search, sacreBLEU) at every dev evaluation during training, not only at the end",
+    )
+    evaluation.add_argument(
+        "--tune-length-penalty",
+        action=argparse.BooleanOptionalAction,
+        help="choose the final model's length penalty on the dev set (Section 6.1) and save it in its "
+        "generation config; --no-tune-length-penalty: keep the paper's 0.6 (default: the preset's)",
     )
     evaluation.add_argument(
         "--max-eval-sentences", type=positive_int, help="translate only the first N dev and test sentences"

@@ -1,0 +1,109 @@
+"""What a finished training run reports (Section 6.1): its final model's BLEU on the dev and test sets with
+the paper's beam search, the length penalty chosen on the dev set where the recipe asks for it (the paper's
+alpha was "chosen after experimentation on the development set"), the first test translations, and the
+summary box printed at the end."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging
+
+from .engines import Translator
+from .evaluation import BleuResult, corpus_bleu
+from .tuning import search_length_penalty
+
+SAMPLES = 5
+
+logger = logging.get_logger(__name__)
+
+# Source sentences and their references, line for line.
+Texts = tuple[Sequence[str], Sequence[str]]
+
+
+def _scored(
+    translator: Translator, texts: Texts, num_beams: int, batch_size: int
+) -> tuple[BleuResult, list[str]]:
+    sources, references = texts
+    hypotheses = translator.translate(sources, batch_size=batch_size, progress=True, num_beams=num_beams)
+    return corpus_bleu(hypotheses, references), hypotheses
+
+
+def _log_bleu(name: str, bleu: BleuResult, sentences: int, num_beams: int, length_penalty: float) -> None:
+    logger.info(
+        f"{name} BLEU {bleu.score:.2f} ({sentences} sentences, beam {num_beams}, length penalty "
+        f"{length_penalty:g}) {bleu.signature}"
+    )
+
+
+def final_scores(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    dev: Texts | None,
+    test: Texts | None,
+    *,
+    num_beams: int,
+    batch_size: int,
+    tune_length_penalty: bool,
+) -> dict[str, Any]:
+    """Translate the dev and test sets (either may be None) with `model`'s decoding rules and beam size
+    `num_beams`, and score them with sacreBLEU.
+
+    With `tune_length_penalty` (and a dev set), the dev set is translated once per length penalty of
+    `tuning.DEFAULT_LENGTH_PENALTIES` and the best is written into `model.generation_config`, so that the
+    test set, and every later translation with the saved model, decode with it. The test set plays no part
+    in the choice.
+    """
+    translator = Translator(model, tokenizer, None, "torch")
+    results: dict[str, Any] = {}
+    if dev is not None:
+        if tune_length_penalty:
+            search = search_length_penalty(
+                translator, *dev, batch_size=batch_size, progress=True, num_beams=num_beams
+            )
+            for alpha, bleu in search.bleu.items():
+                _log_bleu("dev", bleu, len(dev[0]), num_beams, alpha)
+            model.generation_config.length_penalty = search.best
+            results["dev_bleu_by_length_penalty"] = {f"{a:g}": bleu.score for a, bleu in search.bleu.items()}
+            bleu = search.bleu[search.best]
+            logger.info(f"Length penalty {search.best:g} chosen on the dev set.")
+        else:
+            bleu, _ = _scored(translator, dev, num_beams, batch_size)
+            _log_bleu("dev", bleu, len(dev[0]), num_beams, model.generation_config.length_penalty)
+        results.update(dev_bleu=bleu.score, dev_bleu_signature=bleu.signature)
+    results["length_penalty"] = model.generation_config.length_penalty
+    if test is not None:
+        bleu, hypotheses = _scored(translator, test, num_beams, batch_size)
+        _log_bleu("test", bleu, len(test[0]), num_beams, model.generation_config.length_penalty)
+        results.update(test_sentences=len(test[0]), bleu=bleu.score, bleu_signature=bleu.signature)
+        results["samples"] = [
+            {"source": source, "reference": reference, "translation": hypothesis}
+            for source, reference, hypothesis in zip(*test, hypotheses[:SAMPLES])
+        ]
+    return results
+
+
+def format_summary(results: dict[str, Any]) -> str:
+    """The end-of-run summary box of a run's results: speed, dev and test scores, a few samples."""
+    lines = [
+        "",
+        "=" * 72,
+        f"steps {results['steps']}  |  {results['train_seconds']} s of training  |  "
+        f"{results['target_tokens_per_second']} target tokens/s",
+    ]
+    dev = [f"dev loss {results['dev_loss']}"] if "dev_loss" in results else []
+    dev += [f"dev BLEU {results['dev_bleu']:.2f}"] if "dev_bleu" in results else []
+    if "dev_bleu_by_length_penalty" in results:
+        dev.append(f"length penalty {results['length_penalty']:g}, chosen on dev")
+    if dev:
+        lines.append("  |  ".join(dev))
+    if "bleu" in results:
+        lines.append(f"test BLEU {results['bleu']:.2f}  ({results['test_set']})  {results['bleu_signature']}")
+    for sample in results.get("samples", [])[:3]:
+        lines += [
+            f"  src: {sample['source']}",
+            f"  ref: {sample['reference']}",
+            f"  hyp: {sample['translation']}",
+        ]
+    lines += [f"model saved in {results['model_dir']}", "=" * 72]
+    return "\n".join(lines)
