@@ -42,20 +42,21 @@ def final_scores(
     dev: Texts | None,
     test: Texts | None,
     *,
+    test_set: str | None,
     num_beams: int,
     batch_size: int,
     tune_length_penalty: bool,
 ) -> dict[str, Any]:
-    """Translate the dev and test sets (either may be None) with `model`'s decoding rules and beam size
-    `num_beams`, and score them with sacreBLEU.
+    """Translate the dev and test sets (either may be None) with `model`'s generation config and beam size
+    `num_beams`, and score them with sacreBLEU; `test_set` names the test set in the results.
 
     With `tune_length_penalty` (and a dev set), the dev set is translated once per length penalty of
     `tuning.DEFAULT_LENGTH_PENALTIES` and the best is written into `model.generation_config`, so that the
-    test set, and every later translation with the saved model, decode with it. The test set plays no part
-    in the choice.
+    test set, and every later translation with the model once saved, decode with it. The test set plays no
+    part in the choice; the dev BLEU reported is the best alpha's, so it is no longer a score on unseen data.
     """
-    translator = Translator(model, tokenizer, None, "torch")
-    results: dict[str, Any] = {}
+    translator = Translator(model=model, tokenizer=tokenizer, target_tokenizer=None, engine="torch")
+    results: dict[str, Any] = {"num_beams": num_beams}
     if dev is not None:
         if tune_length_penalty:
             search = search_length_penalty(
@@ -75,7 +76,8 @@ def final_scores(
     if test is not None:
         bleu, hypotheses = _scored(translator, test, num_beams, batch_size)
         _log_bleu("test", bleu, len(test[0]), num_beams, model.generation_config.length_penalty)
-        results.update(test_sentences=len(test[0]), bleu=bleu.score, bleu_signature=bleu.signature)
+        results.update(test_set=test_set, test_sentences=len(test[0]), bleu=bleu.score)
+        results["bleu_signature"] = bleu.signature
         results["samples"] = [
             {"source": source, "reference": reference, "translation": hypothesis}
             for source, reference, hypothesis in zip(*test, hypotheses[:SAMPLES])

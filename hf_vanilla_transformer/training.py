@@ -396,11 +396,14 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     if settings.eval_bleu and settings.dev is None:
         raise ValueError("eval_bleu scores the dev set during training, but the run has none: pass --dev.")
     if settings.tune_length_penalty and settings.dev is None:
-        raise ValueError("tune_length_penalty chooses alpha on the dev set, but the run has none: pass --dev")
+        raise ValueError(
+            "tune_length_penalty chooses alpha on the dev set, but the run has none: pass --dev, or leave "
+            "out --tune-length-penalty."
+        )
     if settings.tune_length_penalty and settings.num_beams == 1:
         raise ValueError(
             "tune_length_penalty chooses alpha for beam search, but num_beams is 1 (greedy, where a length "
-            "penalty changes nothing): give num_beams 2 or more, or leave tuning out."
+            "penalty changes nothing): give --num-beams 2 or more, or leave out --tune-length-penalty."
         )
     output_dir = Path(settings.output_dir)
     state = PartialState(cpu=not torch.cuda.is_available())
@@ -507,7 +510,10 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
             trainer.model.save_pretrained(final_dir)
     state.wait_for_everyone()
     model = VanillaTransformerForConditionalGeneration.from_pretrained(final_dir).to(trainer.args.device)
-    model.generation_config = paper_generation_config(model.config)
+    # The model decodes with the beam size its scores below were measured with (and its alpha chosen for);
+    # a greedy evaluation leaves it the paper's beam search.
+    beam = {"num_beams": settings.num_beams} if settings.num_beams > 1 else {}
+    model.generation_config = paper_generation_config(model.config, **beam)
     results: dict[str, Any] = {
         "preset": settings.preset,
         "steps": trainer.state.global_step,
@@ -539,14 +545,13 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         tokenizer,
         _texts(dev_pairs, settings.max_eval_sentences),
         _texts(test_pairs, settings.max_eval_sentences),
+        test_set=settings.test,
         num_beams=settings.num_beams,
         batch_size=settings.eval_batch_size,
         tune_length_penalty=recipe.tune_length_penalty and settings.num_beams > 1,
     )
     # The length penalty chosen on the dev set, for every later translation with the model.
     model.generation_config.save_pretrained(final_dir)
-    if test_pairs is not None:
-        results["test_set"] = settings.test
     (final_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     logger.info(format_summary(results))
     return results

@@ -48,12 +48,15 @@ def search_length_penalty(
     sacreBLEU.
 
     Raises:
-        ValueError: no length penalty, a negative one, or sources and references of different lengths.
+        ValueError: no length penalty, a negative one, a length_penalty among `generate_kwargs`, or sources
+            and references of different lengths.
     """
     if not length_penalties:
         raise ValueError("Give at least one length penalty to try, e.g. 0.6 1.0 1.5.")
     if any(alpha < 0 for alpha in length_penalties):
         raise ValueError(f"Length penalties must be 0 or more, got {list(length_penalties)}.")
+    if "length_penalty" in generate_kwargs:
+        raise ValueError("The search sets length_penalty itself: give the alphas to try as length_penalties.")
     if len(sources) != len(references):
         raise ValueError(
             f"{len(sources)} source sentences but {len(references)} references: give line-aligned files."

@@ -124,6 +124,15 @@ def test_recipes_recorded_without_the_number_of_processes_resume_on_any(corpus, 
     resume.check_same_recipe(tmp_path, resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=2))
 
 
+def test_recipes_recorded_without_length_penalty_tuning_resume(corpus, tmp_path):
+    """Choosing alpha on the dev set comes after training: a run may resume with it on or off."""
+    run = settings(corpus, tmp_path)
+    record = resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=1)
+    del record["tune_length_penalty"]
+    (tmp_path / resume.RECIPE_FILE).write_text(json.dumps(record))
+    resume.check_same_recipe(tmp_path, resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=1))
+
+
 def test_the_time_budget_and_tokens_per_second_cover_every_segment(corpus, tmp_path):
     run_training(settings(corpus, tmp_path, max_steps=2, save_steps=2))
     first = clock(tmp_path / "checkpoint-2")

@@ -22,14 +22,16 @@ REFERENCES = [
 
 class ShortBelowOne:
     """Translates to the reference itself when alpha is at least 1, and to its first half below: a model
-    whose outputs grow with the length penalty. Records the alphas it was asked for."""
+    whose outputs grow with the length penalty. Records the alphas it was asked for, and the beam sizes."""
 
     def __init__(self) -> None:
         self.asked: list[float] = []
+        self.beams: list[int | None] = []
 
     def translate(self, sentences, **generate_kwargs):
         alpha = generate_kwargs["length_penalty"]
         self.asked.append(alpha)
+        self.beams.append(generate_kwargs.get("num_beams"))
         halves = [" ".join(r.split()[: len(r.split()) // 2]) for r in REFERENCES]
         return list(REFERENCES) if alpha >= 1 else halves
 
@@ -41,6 +43,14 @@ def test_the_best_scoring_alpha_is_chosen_first_tried_on_ties():
     assert search.bleu[1.5].score == search.bleu[1.0].score == pytest.approx(100)
     assert search.bleu[0.6].score < 50 and search.bleu[0.6].brevity_penalty < 1
     assert search.best == 1.5
+
+
+def test_other_decoding_settings_reach_every_translation():
+    translator = ShortBelowOne()
+    search_length_penalty(translator, ["a", "b", "c"], REFERENCES, [0.6, 1.0], num_beams=5)
+    assert translator.beams == [5, 5]
+    with pytest.raises(ValueError, match="sets length_penalty itself"):
+        search_length_penalty(translator, ["a", "b", "c"], REFERENCES, [0.6], length_penalty=2.0)
 
 
 @pytest.mark.parametrize(

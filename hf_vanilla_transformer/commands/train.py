@@ -214,7 +214,12 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "every one installed",
     )
     evaluation = parser.add_argument_group("evaluation")
-    evaluation.add_argument("--num-beams", type=positive_int, default=4, help="beam size of the BLEU runs")
+    evaluation.add_argument(
+        "--num-beams",
+        type=positive_int,
+        default=4,
+        help="beam size of the BLEU runs, and of the final model's generation config where above 1",
+    )
     evaluation.add_argument(
         "--eval-batch-size", type=positive_int, default=64, help="sentences per batch in evaluation"
     )
@@ -230,7 +235,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "generation config; --no-tune-length-penalty: keep the paper's 0.6 (default: the preset's)",
     )
     evaluation.add_argument(
-        "--max-eval-sentences", type=positive_int, help="translate only the first N dev and test sentences"
+        "--max-eval-sentences",
+        type=positive_int,
+        help="translate only the first N dev and test sentences (the length penalty is then chosen on those)",
     )
     return parser
 
