@@ -84,7 +84,8 @@ class RunRecords:
     the same key: `bleu`, `bleu_signature` and `test_set` (test BLEU with its sacreBLEU signature),
     `dev_bleu`, `dev_loss`, `steps`, `train_pairs`, `train_seconds`, `target_tokens_per_second`,
     `averaged_checkpoints` (names of the averaged checkpoints; empty: no averaging), `dataset`, `src_lang`,
-    `tgt_lang`. Other keys are ignored.
+    `tgt_lang`, and `dev_bleu_by_length_penalty` (the dev BLEU of each alpha tried, where the run chose its
+    length penalty on the dev set). Other keys are ignored.
 
     `trainer_state.json` (written by the Trainer) fills in what `results.json` lacks: `global_step` for
     `steps`, and the last evaluation's `eval_loss` and `eval_bleu` in `log_history` for `dev_loss` and
@@ -104,6 +105,7 @@ class RunRecords:
     dataset: str | None = None
     src_lang: str | None = None
     tgt_lang: str | None = None
+    dev_bleu_by_length_penalty: dict[str, float] | None = None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -185,6 +187,13 @@ def card_values(
     else:
         averaging = "none (the last checkpoint)"
     train_hours = None if records.train_seconds is None else records.train_seconds / 3600
+    length_penalty_choice = ""
+    if records.dev_bleu_by_length_penalty:
+        alphas, scores = zip(*records.dev_bleu_by_length_penalty.items())
+        length_penalty_choice = (
+            f" α was chosen on the validation set, whose BLEU at α = {' / '.join(alphas)} was "
+            f"{' / '.join(f'{score:.2f}' for score in scores)}; the validation BLEU above is the chosen α's."
+        )
     return {
         "repo_id": repo_id,
         "paper_model": "big" if config.d_model >= PRESETS["big"]["d_model"] else "base",
@@ -202,6 +211,7 @@ def card_values(
         "length_penalty": str(generation_config.length_penalty),
         "length_penalty_type": str(getattr(generation_config, "length_penalty_type", None) or "transformers"),
         "max_output_length": _max_output_length(generation_config),
+        "length_penalty_choice": length_penalty_choice,
         "src_lang": _figure(records.src_lang),
         "tgt_lang": _figure(records.tgt_lang),
         "dataset": _figure(records.dataset),

@@ -703,3 +703,23 @@ def test_push_with_ctranslate2_uploads_an_export_that_decodes_as_the_model(
     commit = hub.storage.resolve(hub.storage.repo("model", repo), "main")
     assert not [path for path in commit.files if path.startswith(f"{CTRANSLATE2_DIR}/")]
     assert "CTranslate2" not in repo_file(hub, commit, "README.md").decode()
+
+
+def test_card_says_the_length_penalty_was_chosen_on_the_validation_set(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(
+        json.dumps({"dev_bleu": 26.6, "dev_bleu_by_length_penalty": {"0.6": 25.21, "1.2": 26.6}})
+    )
+    tuned = read_run_records(tmp_path)
+    config = VanillaTransformerConfig(
+        vocab_size=64, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4
+    )
+    template = CARD_TEMPLATE.read_text()
+    card = render_model_card(
+        template, REPO_ID, config, paper_generation_config(config, length_penalty=1.2), 1000, tuned
+    )
+    assert 'length penalty α = 1.2 in the "gnmt" form' in card.text
+    assert "chosen on the validation set, whose BLEU at α = 0.6 / 1.2 was 25.21 / 26.60;" in card.text
+    untuned = render_model_card(
+        template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords(dev_bleu=25.21)
+    )
+    assert "α = 0.6 in the" in untuned.text and "chosen on the validation set" not in untuned.text
