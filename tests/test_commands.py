@@ -1,15 +1,17 @@
 """The installed `vanilla-transformer` command and `python -m hf_vanilla_transformer`: every subcommand
-answers `--help`, a missing or unknown subcommand is one line with exit status 2, and the flags that pass
-settings on (train --report-to, translate --device, push --with-ctranslate2) refuse what they cannot do in
-one line."""
+answers `--help` and is listed in docs/cli.md, a missing or unknown subcommand is one line with exit status
+2, and the flags that pass settings on (train --report-to, translate --device, push --with-ctranslate2)
+refuse what they cannot do in one line."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO_ROOT
 
 from hf_vanilla_transformer.commands import COMMANDS, PROG, main
 from hf_vanilla_transformer.commands.train import REPORT_TO, installed_trackers, parse_args
@@ -165,3 +167,10 @@ def test_push_quantization_needs_the_ctranslate2_export(
     error = capsys.readouterr().err
     assert error.startswith(f"{PROG} push: error: ") and "add --with-ctranslate2" in error
     assert len(error.splitlines()) == 1
+
+
+def test_the_command_guide_lists_every_command_with_its_script() -> None:
+    guide = (REPO_ROOT / "docs" / "cli.md").read_text()
+    listed = re.findall(r"^\| `vanilla-transformer (\w+)` \| `scripts/(\w+)\.py` \|", guide, re.MULTILINE)
+    assert sorted(name for name, _ in listed) == sorted(COMMANDS)
+    assert [script for _, script in listed if not (REPO_ROOT / "scripts" / f"{script}.py").is_file()] == []
