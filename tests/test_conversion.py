@@ -31,11 +31,13 @@ from transformers import (
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.conversion import (
     ConversionError,
+    bpe_file_name,
     convert_fairseq_checkpoint,
     convert_marian_folder,
     fairseq_model_args,
     load_fairseq_checkpoint,
 )
+from hf_vanilla_transformer.hub import stage_repo
 from hf_vanilla_transformer.translation import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -477,6 +479,21 @@ def fairseq_folder(tmp_path) -> tuple[FSMTForConditionalGeneration, Path]:
     fsmt = random_fsmt()
     checkpoint = {"args": fairseq_args(fsmt.config), "model": fairseq_state(fsmt)}
     return fsmt, write_fairseq_files(tmp_path / "fairseq", fsmt, checkpoint)
+
+
+def test_bpe_codes_given_under_another_name_are_copied_as_the_hub_expects(tmp_path, fairseq_folder):
+    _, model_path = fairseq_folder
+    codes = tmp_path / "my-codes.en-de.txt"
+    codes.write_text("#version: 0.2\nh a\n", encoding="utf-8")
+    convert_fairseq_checkpoint(model_path, model_path.parent, tmp_path / "out", bpe_codes=codes)
+    assert (tmp_path / "out" / "bpecodes").read_text() == codes.read_text()
+    stage_repo(tmp_path / "out", tmp_path / "staged", "org/name")
+    assert (tmp_path / "staged" / "bpecodes").read_text() == codes.read_text()
+    assert [bpe_file_name(Path(name)) for name in ("spm.model", "code", "sentencepiece.bpe.model")] == [
+        "sentencepiece.bpe.model",
+        "code",
+        "sentencepiece.bpe.model",
+    ]
 
 
 def test_bart_like_checkpoint_is_refused(tmp_path, fairseq_folder):

@@ -42,7 +42,8 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     parser.add_argument(
         "--bpe-codes",
         type=Path,
-        help="fairseq: BPE codes to copy next to the model (default: DATA_DIR/bpecodes)",
+        help="fairseq: BPE codes (or SentencePiece model) to copy next to the model, as bpecodes (or "
+        "sentencepiece.bpe.model) (default: the first of DATA_DIR/bpecodes, code, sentencepiece.bpe.model)",
     )
     return parser
 

@@ -6,8 +6,9 @@
     vanilla-transformer export --model runs/demo/model --to ctranslate2 --out exports/demo-shortlist \\
         --shortlist-from data/multi30k/train [--src-lang en --tgt-lang de] [--shortlist-size 100]
 
-The folder holds the model in the engine's format, its tokenizer(s) and its decoding settings (for this
-package's models, the paper's: beam 4, GNMT length penalty 0.6, output up to input length + 50).
+The folder holds the model in the engine's format, its tokenizer(s) and the model's own decoding settings
+(for this package's models, the paper's: beam 4, GNMT length penalty, output up to input length + 50, with
+the alpha chosen on the dev set where one was).
 `vanilla-transformer translate --model OUT` translates with it, as does
 `hf_vanilla_transformer.engines.load_translator(OUT)`; docs/export.md says what each engine reproduces of
 the PyTorch model's decoding.

@@ -20,6 +20,7 @@ One module per source (`marian`, `fairseq`) and one for what they share (`common
 from .common import ConversionError, ConversionReport, load_converted_state, max_logits_difference
 from .fairseq import (
     FAIRSEQ_BPE_FILES,
+    bpe_file_name,
     config_from_fairseq,
     convert_fairseq_checkpoint,
     fairseq_model_args,
@@ -34,6 +35,7 @@ __all__ = [
     "FAIRSEQ_BPE_FILES",
     "ConversionError",
     "ConversionReport",
+    "bpe_file_name",
     "config_from_fairseq",
     "config_from_marian",
     "convert_fairseq_checkpoint",

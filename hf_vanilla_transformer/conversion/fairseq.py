@@ -467,6 +467,15 @@ def tokenizer_from_fairseq_dictionary(
     )
 
 
+def bpe_file_name(codes: Path) -> str:
+    """The name a copy of the BPE codes `codes` takes in a converted folder: one of `FAIRSEQ_BPE_FILES`, which
+    fairseq's hub loader and `hub.stage_repo` look for; a SentencePiece model (`.model`) is
+    "sentencepiece.bpe.model", other codes (subword-nmt, fastBPE) "bpecodes"."""
+    if codes.name in FAIRSEQ_BPE_FILES:
+        return codes.name
+    return "sentencepiece.bpe.model" if codes.suffix == ".model" else "bpecodes"
+
+
 def convert_fairseq_checkpoint(
     checkpoint_path: str | Path,
     data_dir: str | Path,
@@ -480,7 +489,7 @@ def convert_fairseq_checkpoint(
     Writes the model (float32 safetensors, config, `paper_generation_config`), the source-side tokenizer
     (`tokenizer_from_fairseq_dictionary`), a `target_tokenizer/` subfolder when the target dictionary
     differs, and a copy of the BPE codes (`bpe_codes`, else the first of `FAIRSEQ_BPE_FILES` in
-    `data_dir`, the names fairseq's own hub loader looks for).
+    `data_dir`, the names fairseq's own hub loader looks for), under the name `bpe_file_name` gives it.
 
     Args:
         checkpoint_path: fairseq's `model.pt` / `checkpoint_best.pt` (read by `load_fairseq_checkpoint`).
@@ -549,8 +558,9 @@ def convert_fairseq_checkpoint(
     )
     _save_fairseq_tokenizers(symbols, config, out, report)
     if codes is not None:
-        shutil.copyfile(codes, out / codes.name)
-        report.notes.append(f"BPE codes: {codes} copied to {out / codes.name}.")
+        copy = out / bpe_file_name(codes)
+        shutil.copyfile(codes, copy)
+        report.notes.append(f"BPE codes: {codes} copied to {copy}.")
     else:
         report.notes.append(
             f"No BPE codes ({', '.join(FAIRSEQ_BPE_FILES)}) in {data_dir}: pass --bpe-codes to copy them."
