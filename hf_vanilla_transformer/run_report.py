@@ -11,7 +11,7 @@ from transformers.utils import logging
 
 from .engines import Translator
 from .evaluation import BleuResult, corpus_bleu
-from .tuning import search_length_penalty
+from .tuning import DEFAULT_LENGTH_PENALTIES, search_length_penalty
 
 SAMPLES = 5
 
@@ -58,19 +58,20 @@ def final_scores(
     translator = Translator(model=model, tokenizer=tokenizer, target_tokenizer=None, engine="torch")
     results: dict[str, Any] = {"num_beams": num_beams}
     if dev is not None:
+        # Without tuning, a search over the model's own alpha alone: one dev pass, scored the same way.
+        alphas = (
+            DEFAULT_LENGTH_PENALTIES if tune_length_penalty else (model.generation_config.length_penalty,)
+        )
+        search = search_length_penalty(
+            translator, *dev, alphas, batch_size=batch_size, progress=True, num_beams=num_beams
+        )
+        for alpha, bleu in search.bleu.items():
+            _log_bleu("dev", bleu, len(dev[0]), num_beams, alpha)
+        model.generation_config.length_penalty = search.best
         if tune_length_penalty:
-            search = search_length_penalty(
-                translator, *dev, batch_size=batch_size, progress=True, num_beams=num_beams
-            )
-            for alpha, bleu in search.bleu.items():
-                _log_bleu("dev", bleu, len(dev[0]), num_beams, alpha)
-            model.generation_config.length_penalty = search.best
             results["dev_bleu_by_length_penalty"] = {f"{a:g}": bleu.score for a, bleu in search.bleu.items()}
-            bleu = search.bleu[search.best]
             logger.info(f"Length penalty {search.best:g} chosen on the dev set.")
-        else:
-            bleu, _ = _scored(translator, dev, num_beams, batch_size)
-            _log_bleu("dev", bleu, len(dev[0]), num_beams, model.generation_config.length_penalty)
+        bleu = search.bleu[search.best]
         results.update(dev_bleu=bleu.score, dev_bleu_signature=bleu.signature)
     results["length_penalty"] = model.generation_config.length_penalty
     if test is not None:
