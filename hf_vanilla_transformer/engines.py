@@ -98,8 +98,8 @@ def export_info(name_or_path: str | Path, engine: str) -> dict[str, Any]:
     if info is None or info["engine"] != engine:
         found = f"a {info['engine']} export" if info else "not an exported folder"
         raise ValueError(
-            f"{name_or_path} is {found}: export it first (scripts/export.py --to {engine}), or pick the "
-            "engine that reads it."
+            f"{name_or_path} is {found}: export it first "
+            f"(vanilla-transformer export --to {engine}), or pick the engine that reads it."
         )
     return info
 

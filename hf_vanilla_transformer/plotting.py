@@ -3,7 +3,7 @@
 - `plot_positional_encoding`: the sinusoid matrix of Section 3.5 (50 positions x 128 dimensions, as the
   tutorial draws it).
 - `plot_learning_rate`: the schedule of Section 5.3, Eq. 3, over 200,000 steps.
-- `plot_training_curves`: training and dev loss of a run of `scripts/train.py`, from its trainer state.
+- `plot_training_curves`: training and dev loss of a `vanilla-transformer train` run, from its trainer state.
 - `attention_maps` / `plot_attention`: the weights of Eq. 1 for one input, per layer and head, for the three
   uses of attention of Section 3.2.3 (encoder self-attention, masked decoder self-attention and
   encoder-decoder attention), with the tokens on the axes.
@@ -180,10 +180,11 @@ def _newest_log_history(run_dir: str | Path, made_by: str) -> list[dict]:
 
 
 def plot_training_curves(run_dir: str | Path, path: str | Path | None = None) -> tuple[Figure, dict]:
-    """Training loss (every logging step) and dev loss (every evaluation) of a `scripts/train.py` run,
-    read from its newest checkpoint's `trainer_state.json`; the averaged model's dev loss (`results.json`
-    in `run_dir/model`, when the run finished) is marked. Returns the figure and the series drawn."""
-    history = _newest_log_history(run_dir, "scripts/train.py")
+    """Training loss (every logging step) and dev loss (every evaluation) of a `vanilla-transformer train`
+    run, read from its newest checkpoint's `trainer_state.json`; the averaged model's dev loss
+    (`results.json` in `run_dir/model`, when the run finished) is marked. Returns the figure and the series
+    drawn."""
+    history = _newest_log_history(run_dir, "vanilla-transformer train")
     series = {
         "train": [(entry["step"], entry["loss"]) for entry in history if "loss" in entry],
         "dev": [(entry["step"], entry["eval_loss"]) for entry in history if "eval_loss" in entry],

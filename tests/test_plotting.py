@@ -179,7 +179,7 @@ def test_training_curves_plot_the_newest_checkpoints_log(tmp_path):
     drawn = {line.get_label(): list(zip(line.get_xdata(), line.get_ydata())) for line in figure.axes[0].lines}
     assert drawn["train loss"] == series["train"] and drawn["dev loss"] == series["dev"]
     assert path.stat().st_size > MIN_PNG_BYTES
-    with pytest.raises(FileNotFoundError, match="is it a scripts/train.py run"):
+    with pytest.raises(FileNotFoundError, match="is it a vanilla-transformer train run"):
         plotting.plot_training_curves(tmp_path / "empty")
 
 

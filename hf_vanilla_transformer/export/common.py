@@ -80,7 +80,7 @@ def load_for_export(name_or_path: str | Path) -> ExportSource:
         raise ExportError(
             f"{name} holds a {type(model).__name__}; the exporters read this package's "
             "VanillaTransformerForConditionalGeneration (convert other checkpoints with "
-            "scripts/convert_checkpoint.py first)."
+            "`vanilla-transformer convert` first)."
         )
     return ExportSource(model.eval(), tokenizer, target_tokenizer, name)
 
