@@ -52,9 +52,10 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # A 2-core CPU: a narrower, shallower model and smaller batches, the same recipe otherwise; bf16 where
     # the CPU has it. 3000 steps: one hour on a 2-core Zen 4 in bf16, 92 minutes on a 2-core Zen 2 in
     # float32. The paper's dropout 0.1: 0.3 learned too slowly to pay off within these steps, and 0.2 scored
-    # within 0.1 dev BLEU of it. The last 5
-    # checkpoints averaged, written every 250 steps so that they span the last third of training: spanning
-    # steps 1000-3000, the average of a model still learning lost 3 dev BLEU (benchmarks/RESULTS.md).
+    # within 0.1 dev BLEU of it. Batches of 4096 tokens: 6000 steps of 2048 learned faster early on but
+    # ended level on the dev set. The last 5 checkpoints averaged, written every 250 steps so that they span
+    # the last third of training: spanning steps 1000-3000, the average of a model still learning lost
+    # 3 dev BLEU (benchmarks/RESULTS.md).
     "cpu": TrainingPreset("base", CPU_MODEL, 3000, 4096, 4096, 1000, 8000, 250, 5, 5, 500, bf16=True),
     # The README's demo, a fixed amount of work so that what it learns does not depend on the machine, only
     # how long it takes. Chosen by measurement on the shipped Multi30k (dev set only): a narrower
