@@ -96,7 +96,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
     """
 
     model_type: ClassVar[str] = "vanilla_transformer"
-    keys_to_ignore_at_inference: ClassVar[list[str]] = ["past_key_values"]
     attribute_map: ClassVar[dict[str, str]] = {
         "num_attention_heads": "encoder_attention_heads",
         "hidden_size": "d_model",

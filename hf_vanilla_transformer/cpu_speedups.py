@@ -242,7 +242,7 @@ class FreePositionCacheLayer(DynamicLayer):
     def reordered(cls, layer: DynamicLayer, beam_idx: torch.LongTensor) -> "FreePositionCacheLayer":
         """`layer` with its batch rows reordered by `beam_idx`, as `layer.reorder_cache(beam_idx)` does."""
         reordered = cls()
-        reordered.dtype, reordered.device, reordered.is_initialized = layer.dtype, layer.device, True
+        reordered.device, reordered.is_initialized = layer.device, True
         buffers = []
         for states in (layer.keys, layer.values):
             batch, heads, length, dim = states.shape

@@ -377,18 +377,19 @@ class OnnxSeq2SeqLM(PaperDecodingMixin, PreTrainedModel, GenerationMixin):
         attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.Tensor | None = None,
         encoder_outputs: OnnxEncoderOutput | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs: Any,
     ) -> Seq2SeqLMOutput:
         """Logits for `decoder_input_ids` after the cached steps; the new steps' keys and values are added to
-        `past_key_values`' self-attention cache."""
+        `cache`'s self-attention cache."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids, attention_mask)
-        cache = past_key_values.self_attention_cache if past_key_values is not None else None
-        if cache is not None and cache.get_seq_length() > 0:
-            past_keys, past_values = cache.layers[0].keys, cache.layers[0].values
+        self_attention_cache = cache.self_attention_cache if cache is not None else None
+        if self_attention_cache is not None and self_attention_cache.get_seq_length() > 0:
+            past_layer = self_attention_cache.layers[0]
+            past_keys, past_values = past_layer.keys, past_layer.values
         else:
             past_keys, past_values = self._empty_past(decoder_input_ids.shape[0])
         end = past_keys.shape[3] + decoder_input_ids.shape[1]
@@ -412,9 +413,9 @@ class OnnxSeq2SeqLM(PaperDecodingMixin, PreTrainedModel, GenerationMixin):
         logits, new_keys, new_values = (
             torch.from_numpy(output) for output in self.decoder_session.run(None, feed)
         )
-        if cache is not None:
-            cache.update(new_keys, new_values, 0)
-        return Seq2SeqLMOutput(logits=logits, past_key_values=past_key_values)
+        if self_attention_cache is not None:
+            self_attention_cache.update(new_keys, new_values, 0)
+        return Seq2SeqLMOutput(logits=logits, cache=cache)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ A figure the records lack is shown as "not measured".
 """
 
 import dataclasses
+import importlib.metadata
 import json
 import shutil
 import tempfile
@@ -37,6 +38,7 @@ import jinja2
 import jinja2.meta
 from huggingface_hub import CommitInfo, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
+from packaging.requirements import Requirement
 from transformers import GenerationConfig
 from transformers.utils import logging
 
@@ -165,6 +167,16 @@ def _max_output_length(generation_config: GenerationConfig) -> str:
     return f"{generation_config.max_length} tokens"
 
 
+def transformers_requirement() -> str:
+    """The transformers versions this package is tested with (its installed metadata), which the repo's
+    copied code needs too: e.g. `transformers>=5.24,<5.25`."""
+    for line in importlib.metadata.requires("hf-vanilla-transformer") or []:
+        requirement = Requirement(line)
+        if requirement.name == "transformers":
+            return f"transformers{','.join(sorted(map(str, requirement.specifier), reverse=True))}"
+    return "transformers"
+
+
 def card_values(
     repo_id: str,
     config: VanillaTransformerConfig,
@@ -227,6 +239,7 @@ def card_values(
         "dev_loss": _figure(records.dev_loss, "{:.4f}"),
         "ctranslate2": ctranslate2 or "",
         "ctranslate2_dir": CTRANSLATE2_DIR,
+        "transformers_requirement": transformers_requirement(),
     }
 
 

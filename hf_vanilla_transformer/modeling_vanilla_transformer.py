@@ -41,6 +41,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -107,20 +108,20 @@ class VanillaTransformerPositionalEncoding(nn.Module):
     def sinusoid_table(self, num_positions: int) -> torch.Tensor:
         return sinusoidal_position_encoding(num_positions, self.dim, self.layout, self.offset)
 
-    def forward(self, seq_length: int, past_length: int | torch.Tensor = 0) -> torch.Tensor:
-        """The encodings of positions past_length, ..., past_length + seq_length - 1. Lengths come from
+    def forward(self, seq_length: int, cache_length: int | torch.Tensor = 0) -> torch.Tensor:
+        """The encodings of positions cache_length, ..., cache_length + seq_length - 1. Lengths come from
         shapes (a static cache gives a tensor), so no value is read back from the device."""
         table = self.weight
-        if isinstance(past_length, int) and past_length + seq_length > table.shape[0]:
+        if isinstance(cache_length, int) and cache_length + seq_length > table.shape[0]:
             if self.learned:
                 raise ValueError(
-                    f"Position {past_length + seq_length - 1} is past the {table.shape[0]} learned position "
+                    f"Position {cache_length + seq_length - 1} is past the {table.shape[0]} learned position "
                     "embeddings (max_position_embeddings). Truncate inputs to that many tokens, or use "
                     "position_embedding_type='sinusoidal', which extends to any length."
                 )
             # The sinusoids are defined for every position, so longer inputs stay exact.
-            table = self.sinusoid_table(past_length + seq_length).to(device=table.device, dtype=table.dtype)
-        position_ids = torch.arange(seq_length, device=table.device) + past_length
+            table = self.sinusoid_table(cache_length + seq_length).to(device=table.device, dtype=table.dtype)
+        position_ids = torch.arange(seq_length, device=table.device) + cache_length
         return nn.functional.embedding(position_ids, table)
 
 
@@ -194,32 +195,32 @@ class VanillaTransformerAttention(nn.Module):
         self,
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         query_states = self._split_heads(self.q_proj(hidden_states), self.d_k)
 
-        cache, cross_kv_ready = past_key_values, False
-        if isinstance(past_key_values, EncoderDecoderCache):
+        layer_cache, cross_kv_ready = cache, False
+        if isinstance(cache, EncoderDecoderCache):
             if is_cross_attention:
-                cache = past_key_values.cross_attention_cache
-                cross_kv_ready = past_key_values.is_updated.get(self.layer_idx, False)
+                layer_cache = cache.cross_attention_cache
+                cross_kv_ready = cache.is_updated.get(self.layer_idx, False)
             else:
-                cache = past_key_values.self_attention_cache
+                layer_cache = cache.self_attention_cache
 
         if cross_kv_ready:
-            key_states = cache.layers[self.layer_idx].keys
-            value_states = cache.layers[self.layer_idx].values
+            key_states = layer_cache.layers[self.layer_idx].keys
+            value_states = layer_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
             key_states = self._split_heads(self.k_proj(source), self.d_k)
             value_states = self._split_heads(self.v_proj(source), self.d_v)
-            if cache is not None:
-                key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
+            if layer_cache is not None:
+                key_states, value_states = layer_cache.update(key_states, value_states, self.layer_idx)
                 if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cache.is_updated[self.layer_idx] = True
 
         # The model's own AttentionInterface: transformers' functions, with SDPA's CPU decoding steps as two
         # plain matmuls (cpu_speedups); transformers' global table is left as it is.
@@ -313,13 +314,11 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = True,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        attended, _ = self.self_attn(
-            hidden_states, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs
-        )
+        attended, _ = self.self_attn(hidden_states, cache=cache, attention_mask=attention_mask, **kwargs)
         hidden_states = residual_dropout_norm(
             attended, hidden_states, self.self_attn_layer_norm, self.dropout
         )
@@ -327,7 +326,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
             hidden_states,
             key_value_states=encoder_hidden_states,
             attention_mask=encoder_attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             **kwargs,
         )
         hidden_states = residual_dropout_norm(
@@ -407,9 +406,11 @@ class _VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def add_positions(self, inputs_embeds: torch.Tensor, past_length: int | torch.Tensor = 0) -> torch.Tensor:
+    def add_positions(
+        self, inputs_embeds: torch.Tensor, cache_length: int | torch.Tensor = 0
+    ) -> torch.Tensor:
         """The scaled embeddings plus the encodings of their positions, after dropout."""
-        positions = self.embed_positions(inputs_embeds.shape[1], past_length)
+        positions = self.embed_positions(inputs_embeds.shape[1], cache_length)
         return self.dropout(inputs_embeds + positions.to(inputs_embeds.device))
 
 
@@ -463,13 +464,14 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
 
     @merge_with_config_defaults
     @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -479,23 +481,21 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
 
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(
-                DynamicCache(config=self.config), DynamicCache(config=self.config)
-            )
-        elif past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        elif cache is not None and not isinstance(cache, EncoderDecoderCache):
             # A decoder-only cache holds the self-attention states; the cross-attention states need their own.
-            past_key_values = EncoderDecoderCache(past_key_values, DynamicCache(config=self.config))
+            cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
         batch_size, seq_length = inputs_embeds.shape[:2]
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        cache_length = cache.get_seq_length() if cache is not None else 0
 
         if attention_mask is None and not is_torchdynamo_compiling():
-            attention_mask = torch.ones(batch_size, past_length + seq_length, device=inputs_embeds.device)
+            attention_mask = torch.ones(batch_size, cache_length + seq_length, device=inputs_embeds.device)
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+            cache=cache.self_attention_cache if cache is not None else None,
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -504,20 +504,18 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
             encoder_hidden_states=encoder_hidden_states,
         )
 
-        hidden_states = self.add_positions(inputs_embeds, past_length)
+        hidden_states = self.add_positions(inputs_embeds, cache_length)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
                 causal_mask,
                 encoder_hidden_states,  # positional, so that gradient checkpointing passes it through
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 use_cache=use_cache,
                 **kwargs,
             )
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -557,6 +555,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.encoder.embed_tokens = value
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -564,7 +563,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -585,14 +584,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -666,6 +665,7 @@ class VanillaTransformerForConditionalGeneration(
         self.lm_head = new_embeddings
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -673,7 +673,7 @@ class VanillaTransformerForConditionalGeneration(
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: tuple[torch.Tensor] | BaseModelOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -695,7 +695,7 @@ class VanillaTransformerForConditionalGeneration(
             decoder_input_ids=decoder_input_ids,
             encoder_outputs=encoder_outputs,
             decoder_attention_mask=decoder_attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -715,7 +715,7 @@ class VanillaTransformerForConditionalGeneration(
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            cache=outputs.cache,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -749,18 +749,20 @@ class VanillaTransformerForConditionalGeneration(
     def _decoding_context(self):
         return weights_fixed_for_decoding()
 
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search's per-step reordering of the cache. It only permutes the beams of each input among
         themselves, and all beams of an input hold the same encoder output, so the cross-attention keys
         and values need no reordering: only the self-attention cache is (saving 2 x layers copies/step)."""
-        cache = past_key_values
-        if isinstance(past_key_values, EncoderDecoderCache):
-            cache = past_key_values.self_attention_cache
-        if getattr(cache, "offloading", False):
-            cache.reorder_cache(beam_idx)
+        self_attention_cache = cache
+        if isinstance(cache, EncoderDecoderCache):
+            self_attention_cache = cache.self_attention_cache
+        if getattr(self_attention_cache, "offloading", False):
+            self_attention_cache.reorder_cache(beam_idx)
         else:
-            cache.layers = [reorder_self_attention_layer(layer, beam_idx) for layer in cache.layers]
-        return past_key_values
+            self_attention_cache.layers = [
+                reorder_self_attention_layer(layer, beam_idx) for layer in self_attention_cache.layers
+            ]
+        return cache
 
 
 __all__ = [

@@ -344,7 +344,7 @@ def test_onnx_export_gives_the_models_logits_step_by_step(exported, variant):
             attention_mask=batch["attention_mask"],
             decoder_input_ids=targets[:, start:end],
             encoder_outputs=encoder_outputs,
-            past_key_values=cache,
+            cache=cache,
         )
         steps.append(output.logits)
     assert (torch.cat(steps, dim=1) - expected).abs().max() < 1e-4

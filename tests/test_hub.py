@@ -8,6 +8,7 @@ repo with the package, offline from the filled cache, and with the package unimp
 
 import hashlib
 import json
+import re
 import runpy
 import subprocess
 import sys
@@ -18,11 +19,13 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 from conftest import REPO_ROOT, tiny_model
 from hub_server import READ_TOKEN, WRITE_TOKEN, HubError, HubServer, hub_env, start_hub_server
 from huggingface_hub import ModelCard, metadata_load
 from huggingface_hub.repocard_data import model_index_to_eval_results
 from huggingface_hub.utils import HFValidationError
+from packaging.requirements import Requirement
 from test_export import SENTENCES as REVERSE_SENTENCES
 from test_export import needs_ctranslate2, train_reverse_model
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, pipeline
@@ -366,6 +369,10 @@ def test_model_card_metadata_holds_the_measured_figures(
     assert f"signature `{RESULTS['bleu_signature']}`" in card.text
     assert f"| parameters | {model_dirs['expected']['main']['parameters']:,} |" in card.text
     assert f"| {NOT_MEASURED} |" not in card.text
+    # Users without the package run the repo's copied code: the card names the transformers versions it
+    # needs, and the ones installed here satisfy them.
+    needed = Requirement(re.search(r"with\s+`(transformers[<>=~!][^`]*)`", card.text).group(1))
+    assert needed.specifier and needed.specifier.contains(transformers.__version__)
 
 
 def test_card_of_a_run_without_results_says_not_measured(

@@ -220,10 +220,10 @@ def test_incremental_decoding_equals_full_forward():
             out = model(
                 encoder_outputs=encoder_outputs,
                 decoder_input_ids=tgt[:, t : t + 1],
-                past_key_values=past,
+                cache=past,
                 use_cache=True,
             )
-            past = out.past_key_values
+            past = out.cache
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 

@@ -98,11 +98,11 @@ def test_torch_compile_fullgraph_cached_decoding_step_equals_eager():
         encoder_outputs = model.get_encoder()(input_ids=src)
         first = model(encoder_outputs=encoder_outputs, decoder_input_ids=tgt[:, :4], use_cache=True)
         step = dict(encoder_outputs=encoder_outputs, decoder_input_ids=tgt[:, 4:5], use_cache=True)
-        cache = first.past_key_values
-        expected = model(past_key_values=cache, **step).logits
+        cache = first.cache
+        expected = model(cache=cache, **step).logits
         cache.crop(-1)
         compiled = torch.compile(model, fullgraph=True)
-        logits = compiled(past_key_values=cache, **step).logits
+        logits = compiled(cache=cache, **step).logits
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -197,10 +197,8 @@ def test_a_plain_dynamic_cache_is_used_for_self_attention():
     with torch.no_grad():
         expected = model(input_ids=src, decoder_input_ids=tgt).logits
         cache = DynamicCache()
-        first = model(input_ids=src, decoder_input_ids=tgt[:, :5], past_key_values=cache, use_cache=True)
-        second = model(
-            input_ids=src, decoder_input_ids=tgt[:, 5:], past_key_values=first.past_key_values, use_cache=True
-        )
+        first = model(input_ids=src, decoder_input_ids=tgt[:, :5], cache=cache, use_cache=True)
+        second = model(input_ids=src, decoder_input_ids=tgt[:, 5:], cache=first.cache, use_cache=True)
     assert cache.get_seq_length() == tgt.shape[1]
     torch.testing.assert_close(
         torch.cat([first.logits, second.logits], dim=1), expected, atol=1e-5, rtol=1e-5

@@ -79,7 +79,7 @@ class OnnxDecoderGraph(nn.Module):
             encoder_outputs=(encoder_hidden_states,),
             attention_mask=encoder_attention_mask,
             decoder_input_ids=decoder_input_ids,
-            past_key_values=cache,
+            cache=cache,
             use_cache=True,
         ).logits
         self_attention = cache.self_attention_cache.layers
