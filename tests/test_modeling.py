@@ -209,7 +209,10 @@ def test_bf16_autocast_forward_and_backward_are_finite():
 # Generation and the KV cache -----------------------------------------------------------------------
 
 
-def test_incremental_decoding_equals_full_forward():
+# `past_key_values`, the name before transformers 5.24, still works, with transformers' deprecation warning.
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+@pytest.mark.parametrize("cache_keyword", ["cache", "past_key_values"])
+def test_incremental_decoding_equals_full_forward(cache_keyword):
     model = tiny_model()
     src, tgt = random_batch()
     with torch.no_grad():
@@ -220,8 +223,8 @@ def test_incremental_decoding_equals_full_forward():
             out = model(
                 encoder_outputs=encoder_outputs,
                 decoder_input_ids=tgt[:, t : t + 1],
-                cache=past,
                 use_cache=True,
+                **{cache_keyword: past},
             )
             past = out.cache
             steps.append(out.logits)
