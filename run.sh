@@ -4,7 +4,8 @@
 #   bash run.sh test   run the test suite
 # Both create .venv (or reuse it) with PyTorch pinned first: an unpinned torch requirement would pull
 # the newest release. PyPI's Linux torch is a multi-GB CUDA build; TORCH_INDEX_URL picks another index,
-# e.g. https://download.pytorch.org/whl/cpu for the CPU build (our machines find it on disk).
+# e.g. https://download.pytorch.org/whl/cpu for the CPU build (our machines find it on disk). The rest
+# comes at the versions in constraints.txt, the ones the test suite last passed with.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,7 +19,7 @@ setup() {
     fi
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
         ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
 }
 
 export HF_HUB_OFFLINE=1
