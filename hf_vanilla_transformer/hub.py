@@ -169,8 +169,13 @@ def _max_output_length(generation_config: GenerationConfig) -> str:
 
 def transformers_requirement() -> str:
     """The transformers versions this package is tested with (its installed metadata), which the repo's
-    copied code needs too: e.g. `transformers>=5.24,<5.25`."""
-    for line in importlib.metadata.requires("hf-vanilla-transformer") or []:
+    copied code needs too: e.g. `transformers>=5.24,<5.25`; plain `transformers` when the package runs
+    from a source tree without being installed."""
+    try:
+        requirements = importlib.metadata.requires("hf-vanilla-transformer") or []
+    except importlib.metadata.PackageNotFoundError:
+        requirements = []
+    for line in requirements:
         requirement = Requirement(line)
         if requirement.name == "transformers":
             return f"transformers{','.join(sorted(map(str, requirement.specifier), reverse=True))}"

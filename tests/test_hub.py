@@ -7,6 +7,7 @@ repo with the package, offline from the filled cache, and with the package unimp
 """
 
 import hashlib
+import importlib.metadata
 import json
 import re
 import runpy
@@ -41,6 +42,7 @@ from hf_vanilla_transformer.hub import (
     push_model,
     read_run_records,
     render_model_card,
+    transformers_requirement,
 )
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.translation_pipeline import TASK
@@ -373,6 +375,15 @@ def test_model_card_metadata_holds_the_measured_figures(
     # needs, and the ones installed here satisfy them.
     needed = Requirement(re.search(r"with\s+`(transformers[<>=~!][^`]*)`", card.text).group(1))
     assert needed.specifier and needed.specifier.contains(transformers.__version__)
+
+
+def test_card_names_plain_transformers_when_the_package_is_not_installed(monkeypatch) -> None:
+    def not_installed(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    assert transformers_requirement().startswith("transformers>=")
+    monkeypatch.setattr(importlib.metadata, "requires", not_installed)
+    assert transformers_requirement() == "transformers"
 
 
 def test_card_of_a_run_without_results_says_not_measured(
