@@ -4,8 +4,8 @@
 #   bash run.sh test   run the test suite
 # Both create .venv (or reuse it) with PyTorch pinned first: an unpinned torch requirement would pull
 # the newest release. PyPI's Linux torch is a multi-GB CUDA build; TORCH_INDEX_URL picks another index,
-# e.g. https://download.pytorch.org/whl/cpu for the CPU build (our machines find it on disk). The rest
-# comes at the versions in constraints.txt, the ones the test suite last passed with.
+# e.g. https://download.pytorch.org/whl/cpu for the CPU build. The rest comes at the versions in
+# constraints.txt, the ones the test suite passes with.
 set -euo pipefail
 cd "$(dirname "$0")"
 

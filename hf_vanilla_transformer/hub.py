@@ -182,6 +182,31 @@ def transformers_requirement() -> str:
     return "transformers"
 
 
+def _positions_text(config: VanillaTransformerConfig) -> str:
+    if config.position_embedding_type == "learned":
+        return "learned positional embeddings (Table 3, row E)"
+    return "sinusoidal positional encodings (Section 3.5)"
+
+
+def _vocabulary_text(config: VanillaTransformerConfig) -> tuple[str, str]:
+    """The sentence on the model's vocabularies (Section 3.4) and the table cell with their sizes."""
+    if config.share_encoder_decoder_embeddings:
+        return (
+            "one shared source/target vocabulary whose embedding matrix is also the pre-softmax projection "
+            "(Sections 3.4 and 5.1)",
+            f"{config.vocab_size:,}, shared",
+        )
+    projection = (
+        "the target embedding matrix is also the pre-softmax projection"
+        if config.tie_word_embeddings
+        else "the pre-softmax projection has weights of its own"
+    )
+    return (
+        f"separate source and target vocabularies, where {projection}",
+        f"{config.vocab_size:,} source / {config.decoder_vocab_size:,} target",
+    )
+
+
 def card_values(
     repo_id: str,
     config: VanillaTransformerConfig,
@@ -203,6 +228,7 @@ def card_values(
         averaging = f"the last {len(averaged)} checkpoints ({', '.join(averaged)})"
     else:
         averaging = "none (the last checkpoint)"
+    vocabulary_text, vocabulary_sizes = _vocabulary_text(config)
     train_hours = None if records.train_seconds is None else records.train_seconds / 3600
     length_penalty_choice = ""
     if records.dev_bleu_by_length_penalty:
@@ -223,6 +249,9 @@ def card_values(
         "dropout": str(config.dropout),
         "label_smoothing": str(config.label_smoothing),
         "vocab_size": str(config.vocab_size),
+        "vocabulary_sizes": vocabulary_sizes,
+        "vocabulary_text": vocabulary_text,
+        "positions_text": _positions_text(config),
         "position_embedding_type": config.position_embedding_type,
         "num_beams": str(generation_config.num_beams),
         "length_penalty": str(generation_config.length_penalty),

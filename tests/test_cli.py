@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,15 @@ def test_every_option_has_help(name: str) -> None:
         (prog, action.dest) for prog, action in parser_actions(parser) if not (action.help or "").strip()
     ]
     assert unexplained == []
+
+
+@pytest.mark.parametrize("name", [*COMMANDS, *OWN_SCRIPTS])
+def test_help_examples_keep_their_line_breaks(name: str) -> None:
+    """A backslash at the end of a docstring line joins it to the next: an example meant as two shell lines
+    would show as one with a run of spaces in the middle."""
+    module = command_module(name) if name in COMMANDS else load_script(name)
+    joined = [line for line in (module.__doc__ or "").splitlines() if re.search(r"\S {5,}--", line)]
+    assert joined == []
 
 
 def test_train_help_shows_what_every_preset_sets(capsys: pytest.CaptureFixture[str]) -> None:

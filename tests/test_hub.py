@@ -741,3 +741,46 @@ def test_card_says_the_length_penalty_was_chosen_on_the_validation_set(tmp_path:
         template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords(dev_bleu=25.21)
     )
     assert "α = 0.6 in the" in untuned.text and "chosen on the validation set" not in untuned.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected", "absent"),
+    [
+        (
+            {},
+            [
+                "sinusoidal positional encodings",
+                "one shared source/target vocabulary",
+                "| vocabulary | 64, shared |",
+            ],
+            ["learned positional", "separate source"],
+        ),
+        (
+            {
+                "position_embedding_type": "learned",
+                "share_encoder_decoder_embeddings": False,
+                "decoder_vocab_size": 48,
+            },
+            [
+                "learned positional embeddings",
+                "separate source and target vocabularies, where the target "
+                "embedding matrix is also the pre-softmax projection",
+                "| vocabulary | 64 source / 48 target |",
+            ],
+            ["sinusoidal", "shared source/target"],
+        ),
+    ],
+)
+def test_card_describes_the_models_own_positions_and_vocabularies(
+    overrides: dict[str, Any], expected: list[str], absent: list[str]
+) -> None:
+    config = VanillaTransformerConfig(
+        vocab_size=64, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4, **overrides
+    )
+    card = render_model_card(
+        CARD_TEMPLATE.read_text(), REPO_ID, config, paper_generation_config(config), 1000, RunRecords()
+    )
+    for text in expected:
+        assert text in card.text, text
+    for text in absent:
+        assert text not in card.text, text

@@ -1,9 +1,9 @@
 """Choose the length penalty (alpha) on the development set, as the paper did (Section 6.1): translate the
 dev set once per alpha and compare sacreBLEU; `--save` writes the best into the model's generation config.
 
-    vanilla-transformer tune --model runs/demo/model --source data/multi30k/val.en \
+    vanilla-transformer tune --model runs/demo/model --source data/multi30k/val.en \\
         --reference data/multi30k/val.de --save
-    vanilla-transformer tune --model runs/demo/ct2 --source val.en --reference val.de \
+    vanilla-transformer tune --model runs/demo/ct2 --source val.en --reference val.de \\
         --length-penalties 0.6 1 2
 
 Use a dev set, never the test set.
