@@ -151,7 +151,9 @@ class CPULinear(nn.Linear):
     (faster in decoding and in a float32 training step at base size, see benchmarks/RESULTS.md; the same
     float32 arithmetic, summed in another order). Everywhere else, and under autocast or torch.compile, it is
     `nn.Linear.forward` itself. Wrappers see an `nn.Linear`: accelerate's offload hooks load the weight
-    before this forward runs, and PEFT wraps it as it wraps any linear layer.
+    before this forward runs, and PEFT wraps it as it wraps any linear layer. A weight or input with its
+    own `__torch_function__` (a tensor subclass: torchao's quantized weights, DTensor) goes through
+    `nn.Linear.forward`, so that its own `F.linear` runs.
 
     torch.ao's `quantize_dynamic` matches module types exactly and skips subclasses:
     `hf_vanilla_transformer.translation.quantize_int8` quantizes these layers.
@@ -165,6 +167,7 @@ class CPULinear(nn.Linear):
             and x.dtype == weight.dtype == torch.float32
             and weight.device.type == "cpu"
             and not torch.is_autocast_enabled("cpu")
+            and not torch.overrides.has_torch_function((x, weight) if bias is None else (x, weight, bias))
         ):
             return super().forward(x)
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
@@ -212,9 +215,17 @@ def sdpa_with_cpu_decoding_steps(
     scaling: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention, except for a decoding step on a CPU (one query row, no gradient),
-    where SDPA's kernels cost more than two plain matmuls. Like SDPA it returns no attention weights."""
-    if query.shape[2] == 1 and not torch.is_grad_enabled() and _eager_cpu(query):
+    """transformers' SDPA attention, except for a float32 decoding step on a CPU (one query row, no
+    gradient, no attention dropout), where SDPA's kernels cost more than two plain matmuls. Half-precision
+    steps stay with SDPA, which accumulates the scores and the softmax in float32. Like SDPA it returns no
+    attention weights."""
+    if (
+        query.shape[2] == 1
+        and query.dtype == torch.float32
+        and dropout == 0.0
+        and not torch.is_grad_enabled()
+        and _eager_cpu(query)
+    ):
         scale = query.shape[-1] ** -0.5 if scaling is None else scaling
         return _single_query_attention(query, key, value, attention_mask, scale), None
     return sdpa_attention_forward(
@@ -361,7 +372,14 @@ def chunked_label_smoothed_cross_entropy_sum(
     logits: torch.Tensor, labels: torch.Tensor, epsilon: float
 ) -> torch.Tensor:
     """`cross_entropy(logits.float(), labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum")`
-    for 2-D logits, computed as `_SmoothedCrossEntropySum` describes."""
+    for 2-D logits, computed as `_SmoothedCrossEntropySum` describes. A label that is neither a token id
+    nor -100 raises, as `cross_entropy` does."""
+    invalid = ((labels < 0) & (labels != -100)) | (labels >= logits.shape[-1])
+    if invalid.any():
+        raise IndexError(
+            f"Label {labels[invalid][0].item()} is out of bounds: labels are token ids below the vocabulary "
+            f"size {logits.shape[-1]}, or -100 for positions without a loss."
+        )
     return _SmoothedCrossEntropySum.apply(logits, labels, float(epsilon))
 
 

@@ -110,6 +110,34 @@ def test_cpu_linear_is_nn_linear_under_autocast_compile_and_when_off(monkeypatch
     assert "_OneDNNLinearFunctionBackward" not in grad_fn_names(layer(x))
 
 
+class DoubledWeight(torch.Tensor):
+    """A weight tensor subclass with its own linear product, x (2W)^T, as quantizers and DTensor have
+    their own."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is nn.functional.linear:
+            x, weight, *rest = args
+            return nn.functional.linear(x, weight.as_subclass(torch.Tensor) * 2, *rest, **kwargs)
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+@ONEDNN
+def test_cpu_linear_leaves_a_tensor_subclass_weight_its_own_product():
+    layer, plain = cpu_speedups.CPULinear(8, 4), nn.Linear(8, 4)
+    weight = torch.randn(4, 8).as_subclass(DoubledWeight)
+    for module in (layer, plain):
+        del module.weight
+        module.weight = weight
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        plain.bias.copy_(layer.bias)
+        expected = x @ (2 * weight.as_subclass(torch.Tensor)).T + layer.bias
+        torch.testing.assert_close(plain(x), expected)
+        torch.testing.assert_close(layer(x), expected)
+
+
 @ONEDNN
 def test_decoding_packs_a_weight_at_its_second_use_and_keeps_nothing():
     generator = torch.Generator().manual_seed(0)
@@ -188,6 +216,21 @@ def test_single_query_attention_equals_sdpa():
             torch.testing.assert_close(out, expected.transpose(1, 2))
 
 
+def test_decoding_step_attention_keeps_dropout_and_half_precision_with_sdpa(monkeypatch):
+    """Attention dropout (a model in training mode under no_grad) and bf16 steps go to SDPA itself."""
+    calls = []
+    monkeypatch.setattr(cpu_speedups, "sdpa_attention_forward", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(cpu_speedups, "_single_query_attention", lambda *args: "fast")
+    query, key, value = torch.randn(3, 1, 2, 1, 8)
+    module = nn.Module()
+    with torch.no_grad():
+        assert cpu_speedups.sdpa_with_cpu_decoding_steps(module, query, key, value, None)[0] == "fast"
+        cpu_speedups.sdpa_with_cpu_decoding_steps(module, query, key, value, None, dropout=0.5)
+        half = (tensor.bfloat16() for tensor in (query, key, value))
+        cpu_speedups.sdpa_with_cpu_decoding_steps(module, *half, None)
+    assert [call["dropout"] for call in calls] == [0.5, 0.0]
+
+
 def test_the_model_attention_interface_overrides_sdpa_for_this_model_only():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -245,6 +288,16 @@ def test_chunked_loss_and_gradient_equal_torch_cross_entropy(monkeypatch, dtype)
     assert logits.grad.dtype == dtype
     torch.testing.assert_close(logits.grad, reference_logits.grad.to(dtype))
     assert (logits.grad[0, 2:4] == 0).all()
+
+
+@pytest.mark.parametrize("label", [-1, -101, 50])
+def test_chunked_loss_refuses_labels_that_cross_entropy_refuses(label):
+    logits = torch.randn(4, 50, requires_grad=True)
+    labels = torch.tensor([1, 2, label, -100])
+    with pytest.raises(IndexError):
+        nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.1)
+    with pytest.raises(IndexError, match=f"Label {label} is out of bounds"):
+        cpu_speedups.chunked_label_smoothed_cross_entropy_sum(logits, labels, 0.1)
 
 
 def test_chunked_loss_double_backward_and_torch_func_equal_torch_cross_entropy():
