@@ -126,7 +126,9 @@ def _average_tensor(
     return reference
 
 
-def average_checkpoints(checkpoint_dirs: list[str | Path], output_dir: str | Path) -> Path:
+def average_checkpoints(
+    checkpoint_dirs: list[str | Path], output_dir: str | Path, *, overwrite: bool = False
+) -> Path:
     """Average the weights of several checkpoints into one model folder (Section 6.1).
 
     Floating-point tensors are summed in float64, divided by the number of checkpoints and cast back to
@@ -136,6 +138,9 @@ def average_checkpoints(checkpoint_dirs: list[str | Path], output_dir: str | Pat
     next to a copy of every other top-level file of the last checkpoint (config.json, generation_config.json,
     tokenizer files, remote-code ``*.py``) except optimizer, scheduler, RNG and trainer state. The result
     loads with ``from_pretrained(output_dir)``. Returns ``output_dir``.
+
+    A folder that holds files already is refused (it may hold a trained model), unless ``overwrite``: then
+    its weight files go first, so that no shard of an earlier model is loaded beside the average.
     """
     checkpoints = [Path(path) for path in checkpoint_dirs]
     if not checkpoints:
@@ -149,6 +154,16 @@ def average_checkpoints(checkpoint_dirs: list[str | Path], output_dir: str | Pat
     output_dir = Path(output_dir)
     if output_dir.resolve() in resolved:
         raise ValueError(f"output_dir {output_dir} is one of the input checkpoints; choose a new folder.")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise FileExistsError(f"{output_dir} is a file: give a folder for the averaged model.")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                f"{output_dir} is not empty: averaging would overwrite the model it may hold. Give a new "
+                "folder, or overwrite it on purpose (--force)."
+            )
+        for stale in output_dir.glob("*.safetensors*"):
+            stale.unlink()
 
     weight_maps = [_weight_map(checkpoint) for checkpoint in checkpoints]
     with ExitStack() as stack:

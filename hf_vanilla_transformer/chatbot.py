@@ -52,6 +52,7 @@ from transformers import (
 from transformers.utils import logging
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .model_location import loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .resume import check_same_model, describe_differences, find_resume_checkpoint
 from .schedule import build_paper_optimizer, get_noam_schedule
@@ -411,8 +412,9 @@ def load_chatbot(
     path: str | Path, **model_kwargs
 ) -> tuple[VanillaTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
     """Load a folder written by `train_chatbot` with the Auto classes (extra kwargs go to the model)."""
-    model = AutoModelForSeq2SeqLM.from_pretrained(path, **model_kwargs).eval()
-    return model, AutoTokenizer.from_pretrained(path)
+    with loading(path):
+        model = AutoModelForSeq2SeqLM.from_pretrained(path, **model_kwargs).eval()
+        return model, AutoTokenizer.from_pretrained(path)
 
 
 def _read_record(path: str | Path) -> dict[str, Any]:

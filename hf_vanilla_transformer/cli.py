@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import NoReturn, TextIO, TypeVar
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -55,11 +55,41 @@ def refusals_in_one_line(parser: ArgumentParser) -> Iterator[None]:
         parser.error(str(error))
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The segments of a text file, one a line. Only "\n" ends a line: splitlines() would also split at
+def _segments(data: bytes, name: str) -> list[str]:
+    """UTF-8 `data` split into segments, one a line. Only "\n" ends a line: splitlines() would also split at
     U+2028 and U+0085, which occur inside WMT sentences. The final newline does not start another segment."""
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{name} is not UTF-8 text (byte {error.start}): re-encode it, e.g. iconv -f latin1 -t utf-8."
+        ) from None
+    lines = text.split("\n")
     return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The segments of a UTF-8 text file, one a line; ValueError naming the file if it is not UTF-8."""
+    return _segments(Path(path).read_bytes(), str(path))
+
+
+def input_lines(path: str, flag: str, parser: ArgumentParser, stdin: TextIO | None = None) -> list[str]:
+    """The segments of the file that `flag` names, or of `stdin` where `path` is "-"; a missing file or
+    text that is not UTF-8 is the parser's one-line error."""
+    if path == "-" and stdin is not None:
+        raw = getattr(stdin, "buffer", None)
+        if raw is None:  # a text stream without bytes underneath (io.StringIO)
+            return _segments(stdin.read().encode("utf-8"), "standard input")
+        try:
+            return _segments(raw.read(), "standard input")
+        except ValueError as error:
+            parser.error(str(error))
+    if not Path(path).is_file():
+        parser.error(f"{flag} {path}: no such file; give a text file with one sentence a line.")
+    try:
+        return read_lines(path)
+    except ValueError as error:
+        parser.error(f"{flag} {error}")
 
 
 Number = TypeVar("Number", int, float)
@@ -88,6 +118,16 @@ def non_negative_int(text: str) -> int:
     return _number(text, int, lambda value: value >= 0, "an integer of 0 or more")
 
 
+def finite_float(text: str) -> float:
+    """argparse type: a finite number (no nan or inf)."""
+    return _number(text, float, lambda value: True, "a finite number")
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number of at least 0."""
+    return _number(text, float, lambda value: value >= 0, "a number of 0 or more")
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number above 0."""
     return _number(text, float, lambda value: value > 0, "a number above 0")
@@ -101,6 +141,9 @@ def probability(text: str) -> float:
 __all__ = [
     "ArgumentParser",
     "HelpFormatter",
+    "finite_float",
+    "input_lines",
+    "non_negative_float",
     "non_negative_int",
     "positive_float",
     "positive_int",

@@ -55,6 +55,7 @@ from .export import (
     require_packages,
 )
 from .generation_vanilla_transformer import PaperDecodingMixin, gnmt_length_penalty
+from .model_location import loading
 from .translation import load_tokenizers, translate
 
 ENGINES = ("torch", "ctranslate2", "onnx")
@@ -480,8 +481,10 @@ class Translator:
 def load_translator(name_or_path: str | Path, engine: str | None = None, **options: Any) -> Translator:
     """A `Translator` for a model folder, Hub id or exported folder (`load_model` takes `options`)."""
     engine = engine or detect_engine(name_or_path)
-    model = load_model(name_or_path, engine, **options)
-    tokenizer, target_tokenizer = load_tokenizers(name_or_path)
+    # An exported folder holds its engine's files and export info, not necessarily a config.json.
+    with loading(name_or_path, model=engine == "torch"):
+        model = load_model(name_or_path, engine, **options)
+        tokenizer, target_tokenizer = load_tokenizers(name_or_path)
     return Translator(model, tokenizer, target_tokenizer, engine)
 
 

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from .model_location import loading
+
 if TYPE_CHECKING:
     from datasets import Dataset
 
@@ -198,7 +200,8 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedToken
     Raises:
         ValueError: a special token is unset or missing from the vocabulary.
     """
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+    with loading(name_or_path, model=False):
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     vocab = tokenizer.get_vocab()
     problems = []
     for role in ("pad_token", "eos_token"):

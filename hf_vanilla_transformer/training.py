@@ -50,6 +50,7 @@ from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
 from .evaluation import corpus_bleu
 from .generation_vanilla_transformer import paper_generation_config
+from .model_location import loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .presets import TRAINING_PRESETS, TrainingPreset
 from .progress import DevLossCallback, TrainingClock, TrainingProgressBar
@@ -324,7 +325,8 @@ def _build_model(
                 f"--model-override ({', '.join(settings.model_overrides)}) cannot change "
                 f"{settings.init_from}: a fine-tuned model keeps the architecture it starts from."
             )
-        model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
+        with loading(settings.init_from):
+            model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
         if model.config.vocab_size < len(tokenizer):
             raise ValueError(
                 f"The tokenizer has {len(tokenizer)} tokens but {settings.init_from} only "
@@ -412,9 +414,6 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     record = recipe_record(settings.preset, settings.seed, recipe, state.num_processes)
     if checkpoint is not None:
         check_same_recipe(output_dir, record)
-    if checkpoint is None and state.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / RECIPE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     train_pairs = _load_split(settings, settings.train, settings.train_target, settings.train_split)
     dev_pairs = _load_split(settings, settings.dev, settings.dev_target, settings.dev_split)
@@ -425,6 +424,10 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     model = _build_model(settings, recipe, tokenizer)
     if checkpoint is not None:
         check_same_model(checkpoint, model.config)
+    # Written once the data, tokenizer and model are known to load: a refused run leaves no recipe behind.
+    if checkpoint is None and state.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / RECIPE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     train_dataset = tokenize_pairs(
         train_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
@@ -502,7 +505,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     averaged = available[-recipe.average_checkpoints :] if recipe.average_checkpoints > 1 else []
     if state.is_main_process:
         if len(averaged) > 1:
-            average_checkpoints(averaged, final_dir)
+            average_checkpoints(averaged, final_dir, overwrite=True)
             logger.info(
                 f"Averaged the last {len(averaged)} checkpoints: {', '.join(c.name for c in averaged)}"
             )

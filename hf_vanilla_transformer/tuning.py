@@ -2,6 +2,7 @@
 "These hyperparameters were chosen after experimentation on the development set"). Never tune on a test
 set: its score would no longer measure unseen data."""
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +49,15 @@ def search_length_penalty(
     sacreBLEU.
 
     Raises:
-        ValueError: no length penalty, a negative one, a length_penalty among `generate_kwargs`, or sources
-            and references of different lengths.
+        ValueError: no length penalty, a negative or non-finite one, a length_penalty among
+            `generate_kwargs`, or sources and references of different lengths.
     """
     if not length_penalties:
         raise ValueError("Give at least one length penalty to try, e.g. 0.6 1.0 1.5.")
-    if any(alpha < 0 for alpha in length_penalties):
-        raise ValueError(f"Length penalties must be 0 or more, got {list(length_penalties)}.")
+    if not all(math.isfinite(alpha) and alpha >= 0 for alpha in length_penalties):
+        raise ValueError(
+            f"Length penalties must be finite numbers of 0 or more, got {list(length_penalties)}."
+        )
     if "length_penalty" in generate_kwargs:
         raise ValueError("The search sets length_penalty itself: give the alphas to try as length_penalties.")
     if len(sources) != len(references):

@@ -182,3 +182,21 @@ def test_last_checkpoints_sorts_numerically(tmp_path):
         last_checkpoints(tmp_path, 0)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         last_checkpoints(tmp_path / "nowhere", 1)
+
+
+def test_a_folder_holding_a_model_is_kept_unless_overwritten_and_then_holds_the_average_only(tmp_path):
+    checkpoints = [save_marian(tmp_path / f"checkpoint-{n}", seed=n) for n in (1, 2)]
+    # An earlier, sharded model in the output folder: its shards and index would load in place of a single
+    # averaged file left beside them.
+    earlier = save_marian(tmp_path / "model", seed=9, max_shard_size="20KB")
+    assert (earlier / "model.safetensors.index.json").is_file()
+    before = {path.name: path.read_bytes() for path in earlier.iterdir()}
+    with pytest.raises(FileExistsError, match="is not empty"):
+        average_checkpoints(checkpoints, earlier)
+    assert {path.name: path.read_bytes() for path in earlier.iterdir()} == before
+
+    average_checkpoints(checkpoints, earlier, overwrite=True)
+    assert sorted(path.name for path in earlier.glob("*.safetensors*")) == ["model.safetensors"]
+    loaded = MarianMTModel.from_pretrained(earlier).state_dict()
+    for name, tensor in expected_mean(checkpoints).items():
+        torch.testing.assert_close(loaded[name], tensor)

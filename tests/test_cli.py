@@ -177,6 +177,58 @@ BAD_INPUTS = {
         ["--model", "org/name", "--source", "SOURCE", "--reference", "SOURCE", "--save"],
         "--save",
     ),
+    "tune: an infinite alpha": (
+        "tune",
+        ["--model", "MODEL", "--source", "SOURCE", "--reference", "SOURCE", "--length-penalties", "inf"],
+        "--length-penalties",
+    ),
+    "tune: source not UTF-8": (
+        "tune",
+        ["--model", "MODEL", "--source", "LATIN1", "--reference", "SOURCE"],
+        "--source",
+    ),
+    "translate: no such model folder": (
+        "translate",
+        ["--model", "MISSING", "--input", "SOURCE"],
+        "no such folder",
+    ),
+    "translate: a Hub id not in the cache": (
+        "translate",
+        ["--model", "org/not-downloaded", "--input", "SOURCE"],
+        "no Hub model that can be loaded here",
+    ),
+    "translate: a file as the model": ("translate", ["--model", "CONFIG", "--input", "SOURCE"], "is a file"),
+    "translate: a folder without a model": (
+        "translate",
+        ["--model", "FOLDER", "--input", "SOURCE"],
+        "has no config.json",
+    ),
+    "translate: input not UTF-8": ("translate", ["--model", "MODEL", "--input", "LATIN1"], "not UTF-8"),
+    "translate: nan length penalty": (
+        "translate",
+        ["--model", "MODEL", "--input", "SOURCE", "--length-penalty", "nan"],
+        "--length-penalty",
+    ),
+    "translate: output a folder": (
+        "translate",
+        ["--model", "MODEL", "--input", "SOURCE", "--output", "FOLDER"],
+        "is a folder",
+    ),
+    "evaluate: hypotheses not UTF-8": (
+        "evaluate_bleu",
+        ["--hypotheses", "LATIN1", "--references", "SOURCE"],
+        "--hypotheses",
+    ),
+    "average: output holds files already": (
+        "average_checkpoints",
+        ["--checkpoints", "MODEL", "EMPTY", "--output", "FOLDER"],
+        "not empty",
+    ),
+    "average: output a file": (
+        "average_checkpoints",
+        ["--checkpoints", "MODEL", "EMPTY", "--output", "SOURCE"],
+        "is a file",
+    ),
 }
 
 
@@ -184,8 +236,12 @@ BAD_INPUTS = {
 def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp_path: Path) -> None:
     name, args, named = BAD_INPUTS[case]
     (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
+    (tmp_path / "latin1.en").write_bytes("A déjà vu.\n".encode("latin-1"))
+    (tmp_path / "empty").mkdir()
     replacements = {"MODEL": str(model_dir), "MISSING": str(tmp_path / "missing.en")}
-    replacements["SOURCE"] = str(tmp_path / "dev.en")
+    replacements |= {"SOURCE": str(tmp_path / "dev.en"), "LATIN1": str(tmp_path / "latin1.en")}
+    replacements |= {"FOLDER": str(tmp_path), "EMPTY": str(tmp_path / "empty")}
+    replacements["CONFIG"] = str(model_dir / "config.json")
     result = run_script(name, *[replacements.get(arg, arg) for arg in args])
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
@@ -267,3 +323,13 @@ def test_only_the_packages_own_refusals_become_one_line_errors(tmp_path, capsys)
     # The same kind of error from elsewhere (here, this test) is no refusal, and keeps its traceback.
     with pytest.raises(ValueError, match="from elsewhere"), refusals_in_one_line(parser):
         raise ValueError("from elsewhere")
+
+
+def test_a_refused_training_run_leaves_no_recipe_behind(tmp_path: Path) -> None:
+    for side in ("en", "de"):
+        (tmp_path / f"tiny.{side}").write_text("A dog runs.\nTwo men.\n", encoding="utf-8")
+    output = tmp_path / "run"
+    args = ["--train", str(tmp_path / "tiny"), "--dev", "none", "--test", "none", "--output-dir", str(output)]
+    result = run_script("train", *args, "--init-from", str(tmp_path / "no-such-model"))
+    assert result.returncode == 2 and "no such folder" in result.stderr, result.stderr
+    assert not (output / "training_recipe.json").exists()

@@ -28,6 +28,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         help=f"with --run-dir: how many of the newest checkpoints to average (default: {DEFAULT_LAST})",
     )
     parser.add_argument("--output", required=True, help="folder for the averaged model")
+    parser.add_argument(
+        "--force", action="store_true", help="replace the model in --output if it holds one already"
+    )
     return parser
 
 
@@ -43,8 +46,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             checkpoints = last_checkpoints(args.run_dir, args.last or DEFAULT_LAST)
         else:
             checkpoints = args.checkpoints
-        output = average_checkpoints(checkpoints, args.output)
-    except (FileNotFoundError, ValueError) as error:
+        output = average_checkpoints(checkpoints, args.output, overwrite=args.force)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
         parser.error(str(error))
     print(f"Averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {output}")
 

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import ArgumentParser, read_lines
+from ..cli import ArgumentParser, input_lines
 from ..evaluation import corpus_bleu, tokenized_bleu
 
 
@@ -27,8 +27,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Print the BLEU score of `args.hypotheses` against `args.references`."""
+    hypotheses = input_lines(str(args.hypotheses), "--hypotheses", parser)
+    references = input_lines(str(args.references), "--references", parser)
     try:
-        hypotheses, references = read_lines(args.hypotheses), read_lines(args.references)
         score = tokenized_bleu if args.tokenized else corpus_bleu
         result = score(hypotheses, references)
     except (OSError, ValueError, TypeError) as error:

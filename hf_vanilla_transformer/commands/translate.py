@@ -17,7 +17,7 @@ from typing import TextIO
 
 import torch
 
-from ..cli import ArgumentParser, non_negative_int, positive_int
+from ..cli import ArgumentParser, finite_float, input_lines, non_negative_int, positive_int
 from ..engines import ENGINES, detect_engine, load_translator
 from ..translation import quantize_int8, resolve_device
 
@@ -42,7 +42,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--num-beams", type=positive_int, help="beam size; 1 is greedy (default: the model's)"
     )
     parser.add_argument(
-        "--length-penalty", type=float, help="alpha of the length penalty (default: the model's)"
+        "--length-penalty", type=finite_float, help="alpha of the length penalty (default: the model's)"
     )
     parser.add_argument(
         "--length-penalty-type",
@@ -92,10 +92,11 @@ def _device(args: argparse.Namespace, engine: str, parser: ArgumentParser) -> to
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Translate `args.input` into `args.output`, line for line."""
-    if args.input != STANDARD_STREAM and not Path(args.input).is_file():
-        parser.error(f"--input {args.input}: no such file; give a text file with one sentence a line.")
+    if args.output != STANDARD_STREAM and Path(args.output).is_dir():
+        parser.error(f"--output {args.output} is a folder: give a file name for the translations.")
     if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
         parser.error(f"--output {args.output}: its folder does not exist; create it first.")
+    lines = input_lines(args.input, "--input", parser, stdin=sys.stdin)
 
     engine = args.engine or detect_engine(args.model)
     if args.int8 and engine != "torch":
@@ -111,10 +112,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         translator.model = quantize_int8(translator.model)
     elif engine == "torch":
         translator.model.to(device)
-    with _open(args.input, "r", sys.stdin) as source:
-        lines = source.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
     overrides = {
         "num_beams": args.num_beams,
         "length_penalty": args.length_penalty,

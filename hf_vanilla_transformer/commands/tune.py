@@ -10,11 +10,10 @@ Use a dev set, never the test set.
 """
 
 import argparse
-from pathlib import Path
 
 import torch
 
-from ..cli import ArgumentParser, positive_int, read_lines, refusals_in_one_line
+from ..cli import ArgumentParser, input_lines, non_negative_float, positive_int, refusals_in_one_line
 from ..engines import detect_engine, load_translator
 from ..tuning import (
     DEFAULT_LENGTH_PENALTIES,
@@ -31,7 +30,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     parser.add_argument("--reference", required=True, help="their reference translations, line for line")
     parser.add_argument(
         "--length-penalties",
-        type=float,
+        type=non_negative_float,
         nargs="+",
         default=list(DEFAULT_LENGTH_PENALTIES),
         help="the alphas to try (default: %(default)s)",
@@ -44,16 +43,10 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     return parser
 
 
-def _lines(path: str, flag: str, parser: ArgumentParser) -> list[str]:
-    if not Path(path).is_file():
-        parser.error(f"{flag} {path}: no such file; give a text file with one sentence a line.")
-    return read_lines(path)
-
-
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Print the dev BLEU of every alpha tried and the best; with `--save`, write the best."""
-    sources = _lines(args.source, "--source", parser)
-    references = _lines(args.reference, "--reference", parser)
+    sources = input_lines(args.source, "--source", parser)
+    references = input_lines(args.reference, "--reference", parser)
     with refusals_in_one_line(parser):
         if args.save:  # before the search, which takes minutes
             generation_config_file(args.model)

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model_location import loading
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation import load_tokenizers
 from ..translation_pipeline import TARGET_TOKENIZER_DIR
@@ -58,24 +57,12 @@ def require_packages(target: str) -> None:
 def load_for_export(name_or_path: str | Path) -> ExportSource:
     """The model and tokenizers of a `save_pretrained` folder or Hub id, in float32, ready to export."""
     name = str(name_or_path)
-    missing = (
-        f"{name}: no such folder. Give a folder written by save_pretrained (with config.json) or a Hub id"
-    )
-    if not Path(name).exists():
-        try:
-            validate_repo_id(name)
-        except HFValidationError:
-            raise ExportError(missing + ".") from None
     try:
-        model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=torch.float32)
-        tokenizer, target_tokenizer = load_tokenizers(name)
-    except (OSError, ValueError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        if not Path(name).exists():
-            raise ExportError(f"{missing} that can be downloaded here ({reason}).") from error
-        raise ExportError(
-            f"Cannot load {name} ({reason}). It needs its config, weights and tokenizer."
-        ) from error
+        with loading(name):
+            model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=torch.float32)
+            tokenizer, target_tokenizer = load_tokenizers(name)
+    except ValueError as error:
+        raise ExportError(str(error)) from error
     if not isinstance(model, VanillaTransformerForConditionalGeneration):
         raise ExportError(
             f"{name} holds a {type(model).__name__}; the exporters read this package's "

@@ -1,0 +1,56 @@
+"""Where a model or tokenizer is loaded from: a folder written by `save_pretrained`, or a Hub id.
+
+transformers answers a mistyped path with a multi-line OSError about Hub repo ids or connections; here a
+location that cannot be one is refused in one line before transformers tries it, and what goes wrong while
+loading is reported in one line that names the location.
+"""
+
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
+    """Raise a one-line ValueError for a location that cannot hold a model (`model`) or a tokenizer: a
+    missing path that is no valid Hub id, a file, or (for a model) a folder without config.json."""
+    name = str(name_or_path)
+    path = Path(name)
+    saved_by = "a folder written by save_pretrained"
+    if path.is_file():
+        raise ValueError(f"{name} is a file: give the folder that holds it ({saved_by}).")
+    if path.is_dir():
+        if model and not (path / "config.json").is_file():
+            inner = path / "model" if (path / "model" / "config.json").is_file() else None
+            hint = f"; {inner} is one" if inner else ""
+            raise ValueError(f"{name} has no config.json: give {saved_by}{hint}.")
+        return
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(f"{name}: no such folder. Give {saved_by} or a Hub id.") from None
+
+
+@contextmanager
+def loading(name_or_path: str | Path, *, model: bool = True) -> Iterator[None]:
+    """Check the location (`check_location`), then load inside the block: an OSError or ValueError that
+    transformers or huggingface_hub raise there becomes a one-line ValueError naming the location. This
+    package's own ValueErrors (an unusable tokenizer, say) pass through as they are."""
+    check_location(name_or_path, model=model)
+    name = str(name_or_path)
+    try:
+        yield
+    except (OSError, ValueError) as error:
+        origin = Path(traceback.extract_tb(error.__traceback__)[-1].filename).resolve()
+        if isinstance(error, ValueError) and origin.is_relative_to(_PACKAGE_DIR):
+            raise
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if Path(name).exists():
+            raise ValueError(f"Cannot load {name} ({reason}).") from error
+        raise ValueError(
+            f"{name}: no such folder, and no Hub model that can be loaded here ({reason})."
+        ) from error
