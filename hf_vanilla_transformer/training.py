@@ -303,17 +303,17 @@ def _prepare_tokenizer(
     return tokenizer
 
 
-# Config fields a new model takes from the tokenizer and the recipe, never from model overrides.
-_SET_BY_THE_RUN = frozenset(
-    (
-        "vocab_size",
-        "pad_token_id",
-        "bos_token_id",
-        "eos_token_id",
-        "decoder_start_token_id",
-        "max_position_embeddings",
-    )
-)
+# Config fields a new model takes from the tokenizer and the recipe, never from model overrides, and the
+# setting that decides each.
+SET_BY_THE_RUN = {
+    "vocab_size": "--vocab-size",
+    "decoder_vocab_size": "--vocab-size",
+    "max_position_embeddings": "--max-length",
+    "pad_token_id": "the tokenizer",
+    "bos_token_id": "the tokenizer",
+    "eos_token_id": "the tokenizer",
+    "decoder_start_token_id": "the tokenizer",
+}
 
 
 def _build_model(
@@ -338,7 +338,7 @@ def _build_model(
             "The tokenizer has no bos token, which a new model's decoder starts from. Use a tokenizer made "
             "by train_shared_bpe_tokenizer, or add one with tokenizer.add_special_tokens({'bos_token': ...})."
         )
-    set_by_the_run = sorted(set(recipe.model_overrides) & _SET_BY_THE_RUN)
+    set_by_the_run = sorted(recipe.model_overrides.keys() & SET_BY_THE_RUN.keys())
     if set_by_the_run:
         raise ValueError(
             f"Model overrides {set_by_the_run} are set by the run itself, from the tokenizer and max_length: "

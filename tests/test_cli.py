@@ -224,6 +224,21 @@ BAD_INPUTS = {
         ["--checkpoints", "MODEL", "EMPTY", "--output", "FOLDER"],
         "not empty",
     ),
+    "convert: no such --src": (
+        "convert_checkpoint",
+        ["--from", "marian", "--src", "MISSING", "--out", "EMPTY"],
+        "--src",
+    ),
+    "convert: --out holds files already": (
+        "convert_checkpoint",
+        ["--from", "marian", "--src", "MODEL", "--out", "FOLDER"],
+        "not empty",
+    ),
+    "push: a shard size without a unit": (
+        "push_to_hub",
+        ["--model-dir", "MODEL", "--repo-id", "someone/x", "--max-shard-size", "banana"],
+        "--max-shard-size",
+    ),
     "average: output a file": (
         "average_checkpoints",
         ["--checkpoints", "MODEL", "EMPTY", "--output", "SOURCE"],
@@ -333,3 +348,12 @@ def test_a_refused_training_run_leaves_no_recipe_behind(tmp_path: Path) -> None:
     result = run_script("train", *args, "--init-from", str(tmp_path / "no-such-model"))
     assert result.returncode == 2 and "no such folder" in result.stderr, result.stderr
     assert not (output / "training_recipe.json").exists()
+
+
+def test_push_without_a_hub_to_reach_ends_in_one_line(model_dir: Path) -> None:
+    """The model is staged first (with its progress bars), then the Hub is out of reach: HF_HUB_OFFLINE."""
+    result = run_script("push_to_hub", "--model-dir", str(model_dir), "--repo-id", "someone/x")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("push_to_hub.py: error: cannot reach the Hub (") and "HF_HUB_OFFLINE" in last

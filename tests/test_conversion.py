@@ -532,7 +532,9 @@ def test_missing_dictionary_is_named(tmp_path, fairseq_folder, capsys):
     (model_path.parent / "dict.de.txt").unlink()
     main = script_main()
     argv = ["--from", "fairseq", "--src", str(model_path), "--data-dir", str(model_path.parent)]
-    assert main([*argv, "--out", str(tmp_path / "out")]) == 1
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--out", str(tmp_path / "out")])
+    assert refused.value.code == 2
     assert "Dictionary " + str(model_path.parent / "dict.de.txt") + " not found" in capsys.readouterr().err
 
 

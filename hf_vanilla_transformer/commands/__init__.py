@@ -16,8 +16,8 @@ DESCRIPTION = """Train, use and publish the Transformer of "Attention Is All You
     vanilla-transformer push --model-dir runs/demo/model --repo-id ORG/NAME --with-ctranslate2
 
 `vanilla-transformer COMMAND --help` lists the options of a command."""
-# Subcommand: (module, help line). A module is imported only when its subcommand runs: most of them import
-# torch and transformers, which `vanilla-transformer --help` has no need for.
+# Subcommand: (module, help line). A module is imported only when its subcommand runs, so that a command
+# loads only the libraries it uses (accelerate and datasets for training, the exporters' engines, the Hub).
 COMMANDS = {
     "train": ("train", "train a model the way the paper did (Section 5)"),
     "translate": ("translate", "translate text, one sentence a line, on torch, CTranslate2 or ONNX Runtime"),

@@ -12,7 +12,6 @@ and does not do; read it. docs/converting.md has the details.
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 from ..cli import ArgumentParser
@@ -32,6 +31,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--src", type=Path, required=True, help="Marian model folder, or fairseq checkpoint file (.pt)"
     )
     parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--force", action="store_true", help="write into --out even if it holds files")
     parser.add_argument("--data-dir", type=Path, help="fairseq: folder with dict.<lang>.txt (and bpecodes)")
     parser.add_argument(
         "--source-lang", help="fairseq: source language, if the checkpoint does not record it"
@@ -49,7 +49,8 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> int:
-    """Convert the checkpoint and print the conversion report; 1 when the checkpoint cannot be converted."""
+    """Convert the checkpoint and print the conversion report. A checkpoint that cannot be converted is
+    refused like any bad argument: one line, exit status 2."""
     fairseq_options = {"--data-dir": args.data_dir, "--source-lang": args.source_lang}
     fairseq_options |= {"--target-lang": args.target_lang, "--bpe-codes": args.bpe_codes}
     misplaced = [flag for flag, value in fairseq_options.items() if value is not None]
@@ -59,6 +60,15 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> int:
         parser.error(f"{', '.join(misplaced)}: for --from fairseq only.")
     if args.src.resolve() == args.out.resolve():
         parser.error("--out must differ from --src.")
+    wanted = "Marian model folder" if args.kind == "marian" else "fairseq checkpoint file (.pt)"
+    if not args.src.exists():
+        parser.error(f"--src {args.src}: no such file or folder; give the {wanted}.")
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        parser.error(f"--data-dir {args.data_dir}: no such folder; give the folder with dict.<lang>.txt.")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is a file: give a folder.")
+    if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
+        parser.error(f"--out {args.out} is not empty: give a new folder, or --force to write into it.")
 
     try:
         if args.kind == "marian":
@@ -68,8 +78,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> int:
                 args.src, args.data_dir, args.out, args.source_lang, args.target_lang, args.bpe_codes
             )
     except ConversionError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 1
+        parser.error(str(error))
     print(report.format())
     return 0
 

@@ -12,9 +12,13 @@ Log in first (`hf auth login`), set HF_TOKEN, or pass --token. See docs/hub.md.
 """
 
 import argparse
+import re
 import sys
 
 from huggingface_hub.errors import HfHubHTTPError
+
+# huggingface_hub's HTTP client, under the name it exports across its major versions.
+from huggingface_hub.utils import httpx
 
 from ..cli import ArgumentParser
 from ..export import CTRANSLATE2_QUANTIZATIONS
@@ -24,6 +28,15 @@ from ..hub import DEFAULT_MAX_SHARD_SIZE, push_model
 AUTH_STATUSES = {401: "Unauthorized", 403: "Forbidden"}
 # Exit status of a refused token, as for argparse's usage errors: the user must change how they call it.
 AUTH_EXIT_STATUS = 2
+
+
+def shard_size(text: str) -> int | str:
+    """argparse type: a number of bytes, or a size with one of the units save_pretrained reads (KB to TB)."""
+    if text.strip().isdigit():
+        return int(text)
+    if re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]B", text.strip(), flags=re.IGNORECASE):
+        return text.strip()
+    raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 5GB or 500MB, or a number of bytes")
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -42,7 +55,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     parser.add_argument(
         "--card", help="Jinja model card template (default: the package's model_cards/template.md)"
     )
-    parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, help="largest weights file")
+    parser.add_argument(
+        "--max-shard-size", type=shard_size, default=DEFAULT_MAX_SHARD_SIZE, help="largest weights file"
+    )
     parser.add_argument(
         "--commit-message", help="commit message (default: Upload MODEL_DIR with hf-vanilla-transformer)"
     )
@@ -91,6 +106,10 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             file=sys.stderr,
         )
         raise SystemExit(AUTH_EXIT_STATUS) from None
+    # No network, a name that does not resolve, or HF_HUB_OFFLINE=1 (OfflineModeIsEnabled, a ConnectionError).
+    except (ConnectionError, httpx.TransportError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        parser.error(f"cannot reach the Hub ({reason}): check the network, HF_ENDPOINT and HF_HUB_OFFLINE.")
     print(f"Pushed {args.model_dir} to {args.repo_id}@{args.revision or 'main'}: commit {commit.oid}")
     print(commit.commit_url)
 

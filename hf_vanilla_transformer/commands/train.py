@@ -28,7 +28,7 @@ from transformers.integrations.integration_utils import (
 from ..cli import ArgumentParser, non_negative_int, positive_float, positive_int, refusals_in_one_line
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..presets import TRAINING_PRESETS, TrainingPreset
-from ..training import TrainingSettings, run_training
+from ..training import SET_BY_THE_RUN, TrainingSettings, run_training
 
 # The Multi30k copy of the repository (data/ is not part of the installed package), wherever the command is
 # run from.
@@ -38,16 +38,6 @@ DEFAULT_TRAIN = str(MULTI30K / "train")
 DEFAULT_EVALUATION = {"dev": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")}
 NONE = "none"
 
-# Config fields a run sets itself, and where they come from: an override would contradict it.
-SET_BY_THE_RUN = {
-    "vocab_size": "--vocab-size",
-    "decoder_vocab_size": "--vocab-size",
-    "max_position_embeddings": "--max-length",
-    "pad_token_id": "the tokenizer",
-    "bos_token_id": "the tokenizer",
-    "eos_token_id": "the tokenizer",
-    "decoder_start_token_id": "the tokenizer",
-}
 # Settings that hold a word (the config checks which words); the others take numbers, true/false or null.
 WORD_FIELDS = {field.name for field in dataclasses.fields(VanillaTransformerConfig) if field.type is str}
 WORD_FIELDS.add("attn_implementation")
