@@ -160,16 +160,19 @@ def load_chatbot_pairs(
     questions, answers = [], []
     # newline="" lets the csv module handle the CRLF line endings (and any newline inside a quoted field).
     with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None or not {"Q", "A"} <= set(reader.fieldnames):
-            raise ValueError(f"{path} must have a header with columns Q and A, got {reader.fieldnames}.")
-        for row in reader:
-            if limit is not None and len(questions) >= limit:
-                break
-            question, answer = preprocess_sentence(row["Q"]), preprocess_sentence(row["A"])
-            if question and answer:
-                questions.append(question)
-                answers.append(answer)
+        try:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is None or not {"Q", "A"} <= set(reader.fieldnames):
+                raise ValueError(f"{path} must have a header with columns Q and A, got {reader.fieldnames}.")
+            for row in reader:
+                if limit is not None and len(questions) >= limit:
+                    break
+                question, answer = preprocess_sentence(row["Q"]), preprocess_sentence(row["A"])
+                if question and answer:
+                    questions.append(question)
+                    answers.append(answer)
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text: re-encode it, e.g. iconv -t utf-8.") from None
     if not questions:
         raise ValueError(f"{path} holds no question-answer pairs.")
     return questions, answers
@@ -329,10 +332,11 @@ def train_chatbot(
         raise FileExistsError(
             f"{output_dir} already holds a trained chatbot. Choose another --output-dir, or delete it first."
         )
-    _record_or_check_settings(output_dir, settings, data_path, resuming=checkpoint is not None)
     set_seed(settings.seed)
     questions, answers = load_chatbot_pairs(data_path, settings.limit)
     print(f"Read {len(questions):,} question-answer pairs from {data_path}.")
+    # Recorded once the corpus is known to read: a refused run leaves no settings behind.
+    _record_or_check_settings(output_dir, settings, data_path, resuming=checkpoint is not None)
 
     if checkpoint is None:
         tokenizer = train_shared_bpe_tokenizer(

@@ -279,3 +279,15 @@ def test_evaluating_a_run_that_has_not_finished_is_refused_in_one_line(tmp_path,
         _load_script("chatbot").main(["evaluate", "--model", str(run)])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and "holds no trained chatbot yet" in err and "--resume" in err
+
+
+def test_a_corpus_that_is_not_utf8_is_refused_in_one_line_and_leaves_no_settings(tmp_path, capsys):
+    corpus = tmp_path / "latin1.csv"
+    corpus.write_bytes("Q,A,label\nÇa va?,Très bien.,0\n".encode("latin-1"))
+    output = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:
+        _load_script("chatbot").main(["train", "--data", str(corpus), "--output-dir", str(output)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{corpus} is not UTF-8 text" in err
+    assert not (output / SETTINGS_FILE).exists()
