@@ -16,8 +16,10 @@
 Each applies only where it was measured to help (CPU, dtype, not under torch.compile or torch.func), and
 none changes saved weights or the config. `ENABLED` turns them all off: set the environment variable
 `VANILLA_TRANSFORMER_CPU_SPEEDUPS=0` before import, or `hf_vanilla_transformer.cpu_speedups.ENABLED =
-False` at run time. Nothing here patches torch or transformers: wrappers (accelerate's offload hooks,
-PEFT adapters, quantizers) see ordinary `nn.Linear` and `nn.Dropout` modules and run them as such.
+False` at run time (a model loaded with `trust_remote_code=True` runs the copy of this module saved beside
+its weights, which only the environment variable reaches). Nothing here patches torch or transformers:
+wrappers (accelerate's offload hooks, PEFT adapters, quantizers) see ordinary `nn.Linear` and `nn.Dropout`
+modules and run them as such.
 
 This module is copied next to saved weights for `trust_remote_code=True` users, so it imports the
 package only relatively.

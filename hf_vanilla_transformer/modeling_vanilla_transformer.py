@@ -23,6 +23,8 @@ does, where it applies and how to turn it off. This file is copied next to saved
 
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -347,7 +349,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
 
-    def _flash_attn_can_dispatch(self, *args, **kwargs):
+    def _flash_attn_can_dispatch(self, *args: Any, **kwargs: Any) -> bool:
         """FlashAttention needs one head size for queries, keys and values."""
         heads = {self.config.encoder_head_dims, self.config.decoder_head_dims}
         if any(d_k != d_v for d_k, d_v in heads):
@@ -746,7 +748,7 @@ class VanillaTransformerForConditionalGeneration(
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def _decoding_context(self):
+    def _decoding_context(self) -> AbstractContextManager[None]:
         return weights_fixed_for_decoding()
 
     def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
