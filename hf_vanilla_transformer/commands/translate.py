@@ -96,12 +96,13 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error(f"--output {args.output} is a folder: give a file name for the translations.")
     if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
         parser.error(f"--output {args.output}: its folder does not exist; create it first.")
-    lines = input_lines(args.input, "--input", parser, stdin=sys.stdin)
 
     engine = args.engine or detect_engine(args.model)
     if args.int8 and engine != "torch":
         parser.error("--int8 quantizes the PyTorch model; export with --quantization int8 for CTranslate2.")
     device = _device(args, engine, parser)
+    # Read before the model loads: input it cannot use is refused at once.
+    lines = input_lines(args.input, "--input", parser, stdin=sys.stdin)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
