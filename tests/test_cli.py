@@ -182,6 +182,11 @@ BAD_INPUTS = {
         ["--model", "MODEL", "--source", "SOURCE", "--reference", "SOURCE", "--length-penalties", "inf"],
         "--length-penalties",
     ),
+    "tune: an empty dev set": (
+        "tune",
+        ["--model", "MODEL", "--source", "EMPTY_FILE", "--reference", "EMPTY_FILE"],
+        "--source",
+    ),
     "tune: source not UTF-8": (
         "tune",
         ["--model", "MODEL", "--source", "LATIN1", "--reference", "SOURCE"],
@@ -253,10 +258,12 @@ def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp
     (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
     (tmp_path / "latin1.en").write_bytes("A déjà vu.\n".encode("latin-1"))
     (tmp_path / "empty").mkdir()
+    (tmp_path / "empty.en").write_text("", encoding="utf-8")
     replacements = {"MODEL": str(model_dir), "MISSING": str(tmp_path / "missing.en")}
     replacements |= {"SOURCE": str(tmp_path / "dev.en"), "LATIN1": str(tmp_path / "latin1.en")}
     replacements |= {"FOLDER": str(tmp_path), "EMPTY": str(tmp_path / "empty")}
     replacements["CONFIG"] = str(model_dir / "config.json")
+    replacements["EMPTY_FILE"] = str(tmp_path / "empty.en")
     result = run_script(name, *[replacements.get(arg, arg) for arg in args])
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr

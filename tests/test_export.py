@@ -544,7 +544,7 @@ def test_export_script_reports_bad_input_in_one_line(tmp_path, capsys):
     error = _script_error(
         capsys, "--model", missing, "--to", "onnx", "--quantization", "int8", "--out", str(tmp_path / "out")
     )
-    assert "quantization applies to CTranslate2 exports only" in error
+    assert "quantization (--quantization) applies to CTranslate2 exports only" in error
     error = _script_error(
         capsys,
         "--model",
@@ -556,7 +556,7 @@ def test_export_script_reports_bad_input_in_one_line(tmp_path, capsys):
         "--out",
         str(tmp_path / "out"),
     )
-    assert "shortlist applies to CTranslate2 exports only" in error
+    assert "shortlist (--shortlist-from) applies to CTranslate2 exports only" in error
     error = _script_error(
         capsys,
         "--model",

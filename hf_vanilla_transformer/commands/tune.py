@@ -47,6 +47,12 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Print the dev BLEU of every alpha tried and the best; with `--save`, write the best."""
     sources = input_lines(args.source, "--source", parser)
     references = input_lines(args.reference, "--reference", parser)
+    for flag, lines, path in (
+        ("--source", sources, args.source),
+        ("--reference", references, args.reference),
+    ):
+        if not lines:
+            parser.error(f"{flag} {path} is empty: give the dev set, one sentence a line.")
     with refusals_in_one_line(parser):
         if args.save:  # before the search, which takes minutes
             generation_config_file(args.model)

@@ -61,7 +61,10 @@ def export(
     with `shortlist_size` target tokens per source token."""
     if to not in EXPORT_TARGETS:
         raise ExportError(f"Unknown export target {to!r}: choose one of {list(EXPORT_TARGETS)}.")
-    for name, value in (("quantization", quantization), ("shortlist", shortlist_from)):
+    for name, value in (
+        ("quantization (--quantization)", quantization),
+        ("shortlist (--shortlist-from)", shortlist_from),
+    ):
         if value is not None and to != "ctranslate2":
             raise ExportError(f"{name} applies to CTranslate2 exports only (--to ctranslate2).")
     missing = [str(path) for path in shortlist_from or () if not Path(path).is_file()]
