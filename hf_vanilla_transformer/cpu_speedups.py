@@ -1,9 +1,10 @@
 """CPU speed-ups for the model, each computing the same numbers as the plain torch code it stands in for
 (up to float rounding), and each reached through a module's own `forward` or a transformers interface:
 
-- `CPULinear`: an `nn.Linear` whose float32 products on x86 CPUs run through oneDNN rather than torch's
-  default GEMM (MKL, which takes its AVX2 path on AMD CPUs). Within one `generate()` call, decoder weights
-  are packed once into oneDNN's blocked layout (`weights_fixed_for_decoding`).
+- `CPULinear`: an `nn.Linear` whose large float32 products on x86 CPUs run through oneDNN rather than
+  torch's default GEMM (MKL, which takes its AVX2 path on AMD CPUs); small ones, where the default GEMM
+  was faster, stay with it. Within one `generate()` call, decoder weights are packed once into oneDNN's
+  blocked layout (`weights_fixed_for_decoding`).
 - `ATTENTION_FUNCTIONS`: the model's own `AttentionInterface`, whose "sdpa" runs a decoding step (one
   query row, no gradient) on a CPU as two plain matmuls, where SDPA's kernels cost more than the products.
 - `FreePositionCacheLayer`: beam search's cache reordering writes into a buffer one position longer, which
@@ -148,14 +149,23 @@ def _decoding_weight(module: nn.Module, weight: torch.Tensor, rows: int) -> torc
     return packed
 
 
+# Where oneDNN's float32 products beat torch's default GEMM, measured layer by layer and in whole training
+# steps and generate() calls on 2-core AMD EPYCs (benchmarks/RESULTS.md): in training, products of at
+# least 3072 rows (a d_model 256 model's step over 1024 tokens ran 10% slower through oneDNN, over 4096
+# tokens 10% faster); without gradients, weights of at least 2^18 elements (512 x 512, 256 x 1024), as
+# smaller ones ran up to 20% slower and a d_model 256, d_ff 512 model translated 8% slower through oneDNN.
+_ONEDNN_MIN_TRAINING_ROWS = 3072
+_ONEDNN_MIN_INFERENCE_WEIGHT = 2**18
+
+
 class CPULinear(nn.Linear):
     """`nn.Linear`, whose float32 products on x86 CPUs run through oneDNN rather than torch's default GEMM
-    (faster in decoding and in a float32 training step at base size, see benchmarks/RESULTS.md; the same
-    float32 arithmetic, summed in another order). Everywhere else, and under autocast or torch.compile, it is
-    `nn.Linear.forward` itself. Wrappers see an `nn.Linear`: accelerate's offload hooks load the weight
-    before this forward runs, and PEFT wraps it as it wraps any linear layer. A weight or input with its
-    own `__torch_function__` (a tensor subclass: torchao's quantized weights, DTensor) goes through
-    `nn.Linear.forward`, so that its own `F.linear` runs.
+    where that was measured to be faster: training products of many rows, and products with large weights
+    in decoding (see `_ONEDNN_MIN_TRAINING_ROWS`; the same float32 arithmetic, summed in another order).
+    Everywhere else, and under autocast or torch.compile, it is `nn.Linear.forward` itself. Wrappers see an
+    `nn.Linear`: accelerate's offload hooks load the weight before this forward runs, and PEFT wraps it as
+    it wraps any linear layer. A weight or input with its own `__torch_function__` (a tensor subclass:
+    torchao's quantized weights, DTensor) goes through `nn.Linear.forward`, so that its own `F.linear` runs.
 
     torch.ao's `quantize_dynamic` matches module types exactly and skips subclasses:
     `hf_vanilla_transformer.translation.quantize_int8` quantizes these layers.
@@ -172,9 +182,14 @@ class CPULinear(nn.Linear):
             and not torch.overrides.has_torch_function((x, weight) if bias is None else (x, weight, bias))
         ):
             return super().forward(x)
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+            if rows < _ONEDNN_MIN_TRAINING_ROWS:
+                return super().forward(x)
             return _OneDNNLinearFunction.apply(x, weight, bias)
-        return _onednn_linear(x, _decoding_weight(self, weight, x.numel() // x.shape[-1]), bias)
+        if weight.numel() < _ONEDNN_MIN_INFERENCE_WEIGHT:
+            return super().forward(x)
+        return _onednn_linear(x, _decoding_weight(self, weight, rows), bias)
 
 
 def with_nn_linear_layers(model: nn.Module) -> nn.Module:

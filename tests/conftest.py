@@ -17,6 +17,7 @@ import torch  # noqa: E402
 from hf_vanilla_transformer import (  # noqa: E402
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
+    cpu_speedups,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,22 @@ def tiny_config(**overrides) -> VanillaTransformerConfig:
 def tiny_model(seed: int = 0, **overrides) -> VanillaTransformerForConditionalGeneration:
     torch.manual_seed(seed)
     return VanillaTransformerForConditionalGeneration(tiny_config(**overrides)).eval()
+
+
+# The product sizes from which `CPULinear` takes oneDNN's path, as the package ships them.
+MEASURED_ONEDNN_MINIMA = {
+    "_ONEDNN_MIN_TRAINING_ROWS": cpu_speedups._ONEDNN_MIN_TRAINING_ROWS,
+    "_ONEDNN_MIN_INFERENCE_WEIGHT": cpu_speedups._ONEDNN_MIN_INFERENCE_WEIGHT,
+}
+
+
+@pytest.fixture(autouse=True)
+def onednn_for_tiny_products(monkeypatch):
+    """Tiny models' products are far below the sizes where oneDNN pays, so the tests lower those sizes to
+    nothing: the oneDNN path stays checked against plain torch and under every wrapper. The sizes
+    themselves are checked in test_cpu_speedups.py."""
+    for name in MEASURED_ONEDNN_MINIMA:
+        monkeypatch.setattr(cpu_speedups, name, 0)
 
 
 @pytest.fixture

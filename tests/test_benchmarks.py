@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import MEASURED_ONEDNN_MINIMA, REPO_ROOT
+
+from hf_vanilla_transformer import cpu_speedups
 
 SCRIPTS = REPO_ROOT / "benchmarks"
 
@@ -50,6 +52,21 @@ def test_bench_train_quick_runs_and_loss_curves_match(tmp_path):
     # Same weights, batches and dropout masks: fp32 losses agree to rounding.
     assert summary["ours fp32-eager"]["max_abs_diff_vs_marian"] < 1e-3
     assert result["loss_curve"]["finite"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cpu_speedups._X86_ONEDNN, reason="oneDNN's float32 path is taken on x86 CPUs only")
+def test_bench_onednn_quick_measures_every_variant_with_identical_tokens(tmp_path):
+    result = run("bench_onednn.py", tmp_path)
+    assert result["shipped_minima"] == MEASURED_ONEDNN_MINIMA
+    assert {row["shape"] for row in result["layers"]} == {"64x64", "64x128", "128x64", "64x1000"}
+    for row in result["layers"]:
+        assert row["training_onednn_speedup"] > 0 and row["inference_onednn_speedup"] > 0
+    tiny = result["sizes"]["tiny"]
+    assert tiny["generate_beam4"]["outputs_identical"] is True
+    for speedups in (tiny["training"], tiny["generate_beam4"]["speedups"]):
+        assert set(speedups) == {"default-gemm", "gated", "onednn-everywhere"}
+        assert speedups["default-gemm"] == 1.0 and all(value > 0 for value in speedups.values())
 
 
 @pytest.mark.slow

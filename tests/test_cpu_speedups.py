@@ -7,7 +7,7 @@ import threading
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import MEASURED_ONEDNN_MINIMA, tiny_model
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
@@ -108,6 +108,35 @@ def test_cpu_linear_is_nn_linear_under_autocast_compile_and_when_off(monkeypatch
         assert layer(x).dtype == torch.bfloat16
     monkeypatch.setattr(cpu_speedups, "ENABLED", False)
     assert "_OneDNNLinearFunctionBackward" not in grad_fn_names(layer(x))
+
+
+@ONEDNN
+def test_cpu_linear_takes_onednn_only_from_the_measured_sizes(monkeypatch):
+    """Training products of fewer rows, and inference products with smaller weights, ran faster through
+    torch's default GEMM: they stay `nn.Linear.forward`."""
+    for name, value in MEASURED_ONEDNN_MINIMA.items():
+        monkeypatch.setattr(cpu_speedups, name, value)
+    min_rows, min_weight = MEASURED_ONEDNN_MINIMA.values()
+    layer = cpu_speedups.CPULinear(8, 4)
+    for rows, expected in ((min_rows - 1, False), (min_rows, True)):
+        x = torch.randn(rows, 8, requires_grad=True)
+        out = layer(x)
+        assert ("_OneDNNLinearFunctionBackward" in grad_fn_names(out)) is expected, rows
+        torch.testing.assert_close(out, nn.functional.linear(x, layer.weight, layer.bias))
+
+    onednn_calls = []
+    real_onednn_linear = cpu_speedups._onednn_linear
+    monkeypatch.setattr(
+        cpu_speedups, "_onednn_linear", lambda *args: onednn_calls.append(args) or real_onednn_linear(*args)
+    )
+    width = 64
+    for out_features, expected in ((min_weight // width - 1, 0), (min_weight // width, 1)):
+        layer = cpu_speedups.CPULinear(width, out_features).eval()
+        x = torch.randn(5, width)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
+        assert len(onednn_calls) == expected, out_features
+        onednn_calls.clear()
 
 
 class DoubledWeight(torch.Tensor):
