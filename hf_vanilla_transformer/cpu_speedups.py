@@ -149,11 +149,12 @@ def _decoding_weight(module: nn.Module, weight: torch.Tensor, rows: int) -> torc
     return packed
 
 
-# Where oneDNN's float32 products beat torch's default GEMM, measured layer by layer and in whole training
-# steps and generate() calls on 2-core AMD EPYCs (benchmarks/RESULTS.md): in training, products of at
-# least 3072 rows (a d_model 256 model's step over 1024 tokens ran 10% slower through oneDNN, over 4096
-# tokens 10% faster); without gradients, weights of at least 2^18 elements (512 x 512, 256 x 1024), as
-# smaller ones ran up to 20% slower and a d_model 256, d_ff 512 model translated 8% slower through oneDNN.
+# Where oneDNN's float32 products beat torch's default GEMM, measured product by product and in whole training
+# steps and generate() calls on 2-core AMD EPYCs (benchmarks/bench_onednn.py, benchmarks/RESULTS.md): in
+# training, products of at least 3072 rows (a d_model 256 model's step over 1024 tokens ran 9% slower
+# through oneDNN, over 4096 tokens 11% faster); without gradients, weights of at least 2^18 elements
+# (512 x 512, 256 x 1024), as smaller ones ran up to 23% slower and a d_model 256 model decoded 9% slower
+# with every product through oneDNN.
 _ONEDNN_MIN_TRAINING_ROWS = 3072
 _ONEDNN_MIN_INFERENCE_WEIGHT = 2**18
 
