@@ -67,7 +67,7 @@ def test_saved_folder_carries_its_code(tmp_path):
     assert "hf_vanilla_transformer" not in modeling.replace("hf_vanilla_transformer/", "")
 
 
-def test_remote_code_loads_without_the_package(tmp_path):
+def test_remote_code_loads_without_the_package(tmp_path, shipped_onednn_sizes):
     model = tiny_model()
     model.save_pretrained(tmp_path / "model")
     src = torch.tensor([[5, 9, 13, 7, 3]])
