@@ -5,7 +5,8 @@
 # Both create .venv (or reuse it) with PyTorch pinned first: an unpinned torch requirement would pull
 # the newest release. PyPI's Linux torch is a multi-GB CUDA build; TORCH_INDEX_URL picks another index,
 # e.g. https://download.pytorch.org/whl/cpu for the CPU build. The rest comes at the versions in
-# constraints.txt, the ones the test suite passes with.
+# constraints.txt, the ones the test suite passes with. The demo installs the package alone; the tests add
+# the extras they check (export engines, PEFT, plots).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -14,12 +15,13 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 
 setup() {
+    local extras=$1
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
         ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".$extras"
 }
 
 export HF_HUB_OFFLINE=1
@@ -27,12 +29,12 @@ export TOKENIZERS_PARALLELISM=false
 
 case "${1:-}" in
     demo)
-        setup
+        setup ""
         shift
         "$VENV/bin/vanilla-transformer" train --preset cpu-demo --output-dir "${DEMO_DIR:-runs/demo}" "$@"
         ;;
     test)
-        setup
+        setup "[test]"
         shift
         "$VENV/bin/python" -m pytest -q "$@"
         ;;
