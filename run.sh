@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two set-up commands of the README, on a fresh machine:
 #   bash run.sh demo   train a small model on the shipped Multi30k, translate the test set, report BLEU
-#   bash run.sh test   run the test suite
+#   bash run.sh test   run the test suite, one pytest worker per core (-n 0 after it: one process)
 # Both create .venv (or reuse it) with PyTorch pinned first: an unpinned torch requirement would pull
 # the newest release. PyPI's Linux torch is a multi-GB CUDA build; TORCH_INDEX_URL picks another index,
 # e.g. https://download.pytorch.org/whl/cpu for the CPU build. The rest comes at the versions in
@@ -36,7 +36,8 @@ case "${1:-}" in
     test)
         setup "[test]"
         shift
-        "$VENV/bin/python" -m pytest -q "$@"
+        # A test file's tests share one worker, and with them the models its fixtures train once.
+        "$VENV/bin/python" -m pytest -q -n auto --dist loadfile "$@"
         ;;
     *)
         echo "usage: bash run.sh demo|test [extra arguments]" >&2

@@ -1,6 +1,7 @@
 """Shared test set-up: offline Hub, deterministic tiny models."""
 
 import os
+import socket
 
 # Read by huggingface_hub at import time: set before anything imports it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,6 +34,14 @@ TINY_REFERENCE_DIMS = dict(
     decoder_ffn_dim=64,
     max_position_embeddings=64,
 )
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for a process group's rendezvous: tests that run side by side
+    (pytest -n) must not all wait on torch's default port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:

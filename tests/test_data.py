@@ -11,7 +11,7 @@ import datasets
 import pyarrow as pa
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, free_port
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
@@ -344,9 +344,7 @@ def test_two_processes_prepare_once_and_share_the_result(tmp_path):
             """
         )
     )
-    base = dict(
-        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), WORLD_SIZE="2"
-    )
+    base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2")
     processes = [
         subprocess.Popen(
             [sys.executable, str(script)],

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import free_port
 from test_training import settings, write_corpus
 
 from hf_vanilla_transformer import resume, training
@@ -58,8 +59,8 @@ def launch(tmp_path: Path, processes: int, run: TrainingSettings) -> subprocess.
     script = tmp_path / "launched.py"
     script.write_text(LAUNCHED)
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
-                str(processes), "--num_machines", "1", "--mixed_precision", "no",
-                "--dynamo_backend", "no"]  # fmt: skip
+                str(processes), "--num_machines", "1", "--main_process_port", str(free_port()),
+                "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     settings_json = json.dumps(vars(run))
     return subprocess.run(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, free_port
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -240,7 +240,8 @@ def test_two_process_launch(corpus, tmp_path):
     token budget each; the global batch is then made of both processes' micro-batches."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+                "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
+                "--dynamo_backend", "no"]  # fmt: skip
     result = subprocess.run(
         [*launcher, str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(tmp_path),
          *data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "4", "--save-steps", "2",
