@@ -2,6 +2,7 @@
 
 import os
 import socket
+import sys
 
 # Read by huggingface_hub at import time: set before anything imports it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,6 +43,14 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def accelerate_cpu_launcher(processes: int) -> list[str]:
+    """`accelerate launch` for `processes` CPU processes (gloo) on this machine, as on several GPUs; the
+    script and its arguments follow."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+            str(processes), "--num_machines", "1", "--main_process_port", str(free_port()),
+            "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
 
 
 def tiny_config(**overrides) -> VanillaTransformerConfig:

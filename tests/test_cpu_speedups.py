@@ -111,11 +111,9 @@ def test_cpu_linear_is_nn_linear_under_autocast_compile_and_when_off(monkeypatch
 
 
 @ONEDNN
-def test_cpu_linear_takes_onednn_only_from_the_measured_sizes(monkeypatch):
+def test_cpu_linear_takes_onednn_only_from_the_measured_sizes(monkeypatch, shipped_onednn_sizes):
     """Training products of fewer rows, and inference products with smaller weights, ran faster through
     torch's default GEMM: they stay `nn.Linear.forward`."""
-    for name, value in MEASURED_ONEDNN_MINIMA.items():
-        monkeypatch.setattr(cpu_speedups, name, value)
     min_rows, min_weight = MEASURED_ONEDNN_MINIMA.values()
     layer = cpu_speedups.CPULinear(8, 4)
     for rows, expected in ((min_rows - 1, False), (min_rows, True)):

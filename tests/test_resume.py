@@ -6,13 +6,12 @@ TF32, data-loading workers)."""
 import json
 import os
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import free_port
+from conftest import accelerate_cpu_launcher
 from test_training import settings, write_corpus
 
 from hf_vanilla_transformer import resume, training
@@ -58,13 +57,14 @@ def launch(tmp_path: Path, processes: int, run: TrainingSettings) -> subprocess.
     """`run` in `processes` CPU processes (gloo) under `accelerate launch`, as on several GPUs."""
     script = tmp_path / "launched.py"
     script.write_text(LAUNCHED)
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
-                str(processes), "--num_machines", "1", "--main_process_port", str(free_port()),
-                "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     settings_json = json.dumps(vars(run))
     return subprocess.run(
-        [*launcher, str(script), settings_json], capture_output=True, text=True, env=env, timeout=600
+        [*accelerate_cpu_launcher(processes), str(script), settings_json],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, free_port
+from conftest import REPO_ROOT, accelerate_cpu_launcher
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -239,11 +239,8 @@ def test_two_process_launch(corpus, tmp_path):
     """`accelerate launch --multi_gpu --num_processes 2` runs two CPU processes (gloo) with one
     token budget each; the global batch is then made of both processes' micro-batches."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
-                "--dynamo_backend", "no"]  # fmt: skip
     result = subprocess.run(
-        [*launcher, str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(tmp_path),
+        [*accelerate_cpu_launcher(2), str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(tmp_path),
          *data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "4", "--save-steps", "2",
          "--tokens-per-step", "512"],
         capture_output=True, text=True, env=env, timeout=600,
