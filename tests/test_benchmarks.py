@@ -78,3 +78,21 @@ def test_bench_data_quick_prepares_then_reads_the_cache(tmp_path):
     assert first["pairs"] == cached["pairs"] == 5000
     assert first["batches"] == cached["batches"] > 0
     assert first["peak_rss_mib"] > 0 and first["cache_mib"] > 0
+
+
+@pytest.mark.slow
+def test_bench_ct2_backends_quick_times_both_backends_on_full_length_outputs(tmp_path):
+    pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed (pip install -e .[export])")
+    result = run("bench_ct2_backends.py", tmp_path)
+    rows = result["sizes"]["tiny"]["rows"]
+    assert set(rows) == {
+        f"{quantization}/{search}/{backend}"
+        for quantization in ("float32", "int8")
+        for search in ("beam4", "greedy")
+        for backend in ("oneDNN", "MKL")
+    }
+    for row in rows.values():
+        # The end token's -1e4 bias went through the export: every output runs to --new-tokens.
+        assert row["full_length"] is True
+        assert row["tokens_per_s"] > 0 and row["speedup_vs_onednn"] > 0
+        assert 0.0 <= row["identical_to_onednn"] <= 1.0
