@@ -158,17 +158,24 @@ def gemm_peaks(repeats: int = 5, m: int = 4096, k: int = 512, n: int = 2048) -> 
 
 
 def machine_line() -> dict[str, str]:
-    model, lscpu = platform.processor(), ""
+    model, vendor, lscpu = platform.processor(), "unknown", ""
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line)
-    except (OSError, subprocess.CalledProcessError, StopIteration):
+        # Newer lscpu versions indent the fields under "Vendor ID".
+        fields = {
+            key.strip(): value.strip()
+            for key, _, value in (line.partition(":") for line in lscpu.splitlines())
+        }
+        model = fields["Model name"]
+        vendor = fields.get("Vendor ID", vendor)
+    except (OSError, subprocess.CalledProcessError, KeyError):
         pass
     import transformers
 
     flags = set(lscpu.split())
     return {
         "cpu": model,
+        "vendor": vendor,
         "avx512_bf16": str("avx512_bf16" in flags),
         "avx2": str("avx2" in flags),
         "cores": str(os.cpu_count()),

@@ -18,8 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,6 +30,7 @@ from _common import (  # noqa: E402
     machine_line,
     model_pair,
     names_tokenizer,
+    timed,
     write_result,
 )
 from bench_generate import SEARCHES, hf_generate, sequences_of, source_batch, suppress_end_token  # noqa: E402
@@ -43,16 +42,6 @@ BACKENDS = {"oneDNN": "0", "MKL": "1"}  # the value of CT2_USE_MKL
 QUANTIZATIONS = ("float32", "int8")
 
 
-def cpu_vendor() -> str:
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    return next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "vendor_id" in line), "unknown"
-    )
-
-
 def time_exports(folder: Path, searches: list[str], new_tokens: int, threads: int) -> dict:
     """In this process's backend: one warm-up and one timed translation of the batch for each export and
     search; the seconds and the outputs."""
@@ -62,16 +51,9 @@ def time_exports(folder: Path, searches: list[str], new_tokens: int, threads: in
         engine = CTranslate2Seq2SeqLM(folder / quantization, threads=threads)
         for search in searches:
             decode = lambda e=engine, b=SEARCHES[search]: hf_generate(e, inputs, b, new_tokens)  # noqa: E731
-            decode()
-            seconds, output = timed_output(decode)
-            result[f"{quantization}/{search}"] = {"seconds": seconds, "outputs": sequences_of(output)}
+            output = decode()  # also the warm-up: decoding is deterministic, the timed run gives the same
+            result[f"{quantization}/{search}"] = {"seconds": timed(decode), "outputs": sequences_of(output)}
     return result
-
-
-def timed_output(decode: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
-    start = time.perf_counter()
-    output = decode()
-    return time.perf_counter() - start, output
 
 
 def run_backend(script_args: list[str], backend: str) -> dict:
@@ -140,9 +122,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.sizes, args.batch, args.src_len, args.new_tokens, args.repeats = ["tiny"], 4, 8, 8, 1
 
-    vendor = cpu_vendor()
+    machine = machine_line()
+    vendor = machine["vendor"]
     result: dict = {
-        "machine": {**machine_line(), "vendor": vendor},
+        "machine": machine,
         "default_backend": "MKL" if vendor == "GenuineIntel" else "oneDNN",
         "args": vars(args),
         "sizes": {},
