@@ -2,14 +2,15 @@
 
 The field names follow transformers' Marian/BART conventions (`d_model`, `encoder_layers`,
 `encoder_ffn_dim`, ...) so that caches, generation and the Trainer find what they expect; the
-paper's own symbols (N, h, d_k, d_v, d_ff, P_drop, eps_ls) are accepted by `from_preset` and
-documented next to each field.
+paper's own symbols (N, h, d_k, d_v, d_ff, P_drop, eps_ls) are accepted by the constructor and
+`from_preset`, and documented next to each field.
 
 This module is copied next to saved weights for `trust_remote_code=True` users: it must not import
 anything from `hf_vanilla_transformer` except through relative imports.
 """
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
@@ -63,7 +64,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
     r"""Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
 
     The defaults are the paper's base model (Table 3, row "base") with the shared En-De BPE vocabulary
-    of 37000 tokens (Section 5.1). Build the paper's models with `from_preset("base" | "big")`.
+    of 37000 tokens (Section 5.1). Build the paper's models with `from_preset("base" | "big")`. The paper's
+    symbols N, h, d_ff, P_drop and eps_ls may stand for the fields they set, as in
+    `VanillaTransformerConfig(N=4, h=4, d_ff=1024)`.
 
     Args:
         vocab_size: size of the shared source/target vocabulary (Section 5.1).
@@ -136,9 +139,24 @@ class VanillaTransformerConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = 0
 
     def __post_init__(self, **kwargs: Any) -> None:
+        self._set_paper_symbols(kwargs)
         self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
         super().__post_init__(**kwargs)
-        self._check_values()
+        self.check_values()
+
+    def _set_paper_symbols(self, kwargs: dict[str, Any]) -> None:
+        """Take the paper's symbols out of the constructor's extra arguments and set the fields they stand
+        for (N sets both stacks' layers, and so on); a field given another value as well is a conflict."""
+        defaults = {field.name: field.default for field in dataclasses.fields(self)}
+        for symbol, fields in PAPER_SYMBOLS.items():
+            if symbol not in kwargs:
+                continue
+            value = kwargs.pop(symbol)
+            for name in fields:
+                given = getattr(self, name)
+                if given != defaults[name] and given != value:
+                    raise ValueError(f"{symbol}={value!r} and {name}={given!r} disagree: give one of them.")
+                setattr(self, name, value)
 
     @property
     def encoder_head_dims(self) -> tuple[int, int]:
@@ -180,8 +198,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 values[field] = value
         return cls(**values)
 
-    def _check_values(self) -> None:
-        """Reject values that would build a broken model, naming the field and how to fix it."""
+    def check_values(self) -> None:
+        """Reject values that would build a broken model, naming the field and how to fix it. Run when the
+        config is made, and again by the model on a config changed since."""
         positive = (
             "vocab_size",
             "decoder_vocab_size",
@@ -200,7 +219,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         for name in ("d_k", "d_v"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer or None (d_model / h), got {value!r}.")
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
@@ -218,10 +237,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True: in transformers 5 the "
                 "latter turns every tie on or off. Set both, or share_encoder_decoder_embeddings=False."
             )
-        if self.init_std is not None and self.init_std <= 0:
-            raise ValueError(f"init_std must be positive or None (d_model^-0.5), got {self.init_std!r}.")
-        if self.layer_norm_eps <= 0:
-            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}.")
+        if self.init_std is not None and not _positive_number(self.init_std):
+            raise ValueError(
+                f"init_std must be a positive number or None (d_model^-0.5), got {self.init_std!r}."
+            )
+        if not _positive_number(self.layer_norm_eps):
+            raise ValueError(f"layer_norm_eps must be a positive number, got {self.layer_norm_eps!r}.")
         choices = {
             "activation_function": ACTIVATIONS,
             "position_embedding_type": POSITION_EMBEDDING_TYPES,
@@ -232,6 +253,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 raise ValueError(f"Unknown {name} {getattr(self, name)!r}: choose one of {list(allowed)}.")
         if self.sinusoidal_layout != "paper" and self.d_model % 2:
             raise ValueError(f"sinusoidal_layout {self.sinusoidal_layout!r} needs an even d_model.")
+        if self.sinusoidal_layout == "fairseq" and self.d_model < 4:
+            raise ValueError(
+                f"sinusoidal_layout 'fairseq' needs d_model of at least 4 (its frequencies divide by "
+                f"d_model / 2 - 1), got {self.d_model}."
+            )
         if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
             raise ValueError(
                 f"decoder_vocab_size ({self.decoder_vocab_size}) differs from vocab_size ({self.vocab_size}) "
@@ -245,13 +271,29 @@ class VanillaTransformerConfig(PreTrainedConfig):
             "eos_token_id": eos_ids,
             "decoder_start_token_id": [self.decoder_start_token_id],
         }
+        for name in ("pad_token_id", "decoder_start_token_id"):
+            token_id = getattr(self, name)
+            if not isinstance(token_id, int) or isinstance(token_id, bool):
+                raise ValueError(
+                    f"{name} must be a token id, got {token_id!r}: the model pads and shifts the labels with "
+                    "it. Use the id your tokenizer gives that token."
+                )
         for name, ids in token_ids.items():
+            # The padding id indexes both embeddings; the others are target tokens only.
+            size = self.decoder_vocab_size
+            if name == "pad_token_id":
+                size = min(size, self.vocab_size)
             for token_id in ids:
-                if token_id is not None and not 0 <= token_id < self.decoder_vocab_size:
+                if token_id is not None and not 0 <= token_id < size:
                     raise ValueError(
-                        f"{name}={token_id} lies outside the vocabulary [0, {self.decoder_vocab_size}). "
+                        f"{name}={token_id} lies outside the vocabulary [0, {size}). "
                         "Use the ids your tokenizer gives its special tokens."
                     )
+
+
+def _positive_number(value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
 
 
 __all__ = ["VanillaTransformerConfig"]

@@ -366,7 +366,9 @@ class _SmoothedCrossEntropySum(torch.autograd.Function):
     def backward(ctx, grad_total: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         logits, labels = ctx.saved_tensors
         epsilon, targets = ctx.epsilon, labels.clamp_min(0)
-        scale = grad_total.float() * (labels != -100).float()
+        # Unlabelled positions get a zero gradient whatever grad_total is, as in torch's cross_entropy: a
+        # batch without labels divides the sum by a count of 0, and inf * 0 would write NaN into every row.
+        scale = torch.where(labels != -100, grad_total.float(), 0.0)
         if torch.is_grad_enabled():  # double backward: the same formula in differentiable ops
             gradient = _smoothed_gradient(logits, targets, epsilon) * scale[:, None]
             return gradient.to(logits.dtype), None, None

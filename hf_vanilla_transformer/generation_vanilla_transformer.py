@@ -14,6 +14,7 @@ This module is copied next to saved weights for `trust_remote_code=True` users, 
 package only relatively.
 """
 
+import copy
 import inspect
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
@@ -101,14 +102,15 @@ def _check_penalty_hooks() -> None:
 def _source_length_limits(
     model_config, source: torch.Tensor | None, attention_mask: torch.Tensor | None, offset: int
 ) -> torch.Tensor:
+    """Each input's output limit: its length (from the attention mask, else its non-padding ids) + offset."""
+    if attention_mask is not None:
+        return attention_mask.sum(dim=1) + offset
     if source is None:
-        raise ValueError("max_length_offset needs the source input_ids, to know each input's length.")
-    lengths = (
-        attention_mask.sum(dim=1)
-        if attention_mask is not None
-        else source.ne(model_config.pad_token_id).sum(1)
-    )
-    return lengths + offset
+        raise ValueError(
+            "max_length_offset needs each input's length: pass the source input_ids or its attention_mask, "
+            "or set the output limit yourself with max_new_tokens."
+        )
+    return source.ne(model_config.pad_token_id).sum(1) + offset
 
 
 class PaperDecodingMixin:
@@ -131,7 +133,9 @@ class PaperDecodingMixin:
         - `length_penalty_type="gnmt"`: beam scores are divided by ((5 + |Y|) / 6)^length_penalty, the
           penalty of Wu et al. (2016), instead of transformers' |Y|^length_penalty ("transformers").
         - `max_length_offset=50`: each output stops at its own input length + 50 tokens (before the end
-          token). Ignored when `max_new_tokens` or `max_length` is passed to this call.
+          token). Ignored when `max_new_tokens` or `max_length` is passed to this call, or `max_new_tokens`
+          is set in the generation config. With learned positions, no output runs past the model's
+          `max_position_embeddings`.
         """
         config = generation_config or self.generation_config
         penalty_type = length_penalty_type or getattr(config, "length_penalty_type", None) or "transformers"
@@ -141,7 +145,10 @@ class PaperDecodingMixin:
             )
         if max_length_offset is None:
             max_length_offset = getattr(config, "max_length_offset", None)
-        if max_length_offset is not None and "max_new_tokens" not in kwargs and "max_length" not in kwargs:
+        limit_given = (
+            config.max_new_tokens is not None or "max_new_tokens" in kwargs or "max_length" in kwargs
+        )
+        if max_length_offset is not None and not limit_given:
             source = inputs if inputs is not None else kwargs.get("input_ids")
             limits = _source_length_limits(
                 self.config, source, kwargs.get("attention_mask"), max_length_offset
@@ -151,7 +158,15 @@ class PaperDecodingMixin:
             logits_processor = LogitsProcessorList(
                 [*(logits_processor or []), SourceLengthLimitLogitsProcessor(limits, eos)]
             )
-            kwargs["max_new_tokens"] = int(limits.max()) + 1
+            max_new_tokens = int(limits.max()) + 1
+            if getattr(self.config, "position_embedding_type", None) == "learned":
+                max_new_tokens = min(max_new_tokens, self.config.max_position_embeddings)
+            # Set on a copy of the call's config rather than passed beside it, which transformers deprecates.
+            if generation_config is None:
+                kwargs["max_new_tokens"] = max_new_tokens
+            else:
+                generation_config = copy.deepcopy(generation_config)
+                generation_config.max_new_tokens = max_new_tokens
         gnmt = penalty_type == "gnmt"
         if gnmt:
             _check_penalty_hooks()

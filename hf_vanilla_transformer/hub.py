@@ -47,7 +47,7 @@ from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .conversion import FAIRSEQ_BPE_FILES
 from .export import ExportSource, export_ctranslate2
 from .generation_vanilla_transformer import paper_generation_config
-from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
+from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .tokenization import load_tokenizer
 from .translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
 
@@ -382,13 +382,6 @@ def stage_repo(
     # A generation config derived from the model config holds no decoding choices: use the paper's.
     if model.generation_config._from_model_config:
         model.generation_config = paper_generation_config(model.config)
-    modeling_module = VanillaTransformerModel.__module__.rsplit(".", 1)[-1]
-    # save_pretrained adds AutoConfig and AutoModelForSeq2SeqLM to this map; AutoModel is added here so
-    # that remote-code users can load the bare encoder-decoder too.
-    model.config.auto_map = {
-        "AutoModel": f"{modeling_module}.{VanillaTransformerModel.__name__}",
-        **(getattr(model.config, "auto_map", None) or {}),
-    }
     pipeline_module = Path(translation_pipeline.__file__)
     # The format transformers' own Pipeline.save_pretrained writes for a custom pipeline.
     model.config.custom_pipelines = {

@@ -22,6 +22,7 @@ does, where it applies and how to turn it off. This file is copied next to saved
 """
 
 import math
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -534,6 +535,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
+        config.check_values()  # again: fields may have been changed since the config was made
         if config.share_encoder_decoder_embeddings:
             # One matrix for source and target tokens (Section 3.4).
             self.shared = VanillaTransformerScaledWordEmbedding(
@@ -617,6 +619,12 @@ def label_smoothed_cross_entropy(
     otherwise by this batch's count of labelled tokens. Computed in float32 (on CPUs in cache-sized
     chunks, `cpu_speedups.chunked_label_smoothed_cross_entropy_sum`: the same formula).
     """
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"labels have shape {tuple(labels.shape)} but the decoder gave logits for "
+            f"{tuple(logits.shape[:-1])} positions: pass labels of the same shape as decoder_input_ids, or "
+            "leave decoder_input_ids out (they are then the labels shifted right)."
+        )
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     if chunked_loss_applies(logits):
         loss = chunked_label_smoothed_cross_entropy_sum(logits, labels, epsilon)
@@ -726,24 +734,72 @@ class VanillaTransformerForConditionalGeneration(
             encoder_attentions=outputs.encoder_attentions,
         )
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """`PreTrainedModel.save_pretrained`. A folder saved with its code (for `trust_remote_code=True`)
+        names the bare encoder-decoder for AutoModel too, so that both Auto classes load it without the
+        package, as they load transformers' own seq2seq models."""
+        if self._auto_class is not None:
+            module = VanillaTransformerModel.__module__.rsplit(".", 1)[-1]
+            bare = f"{module}.{VanillaTransformerModel.__name__}"
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), "AutoModel": bare}
+        super().save_pretrained(save_directory, *args, **kwargs)
+
     def resize_token_embeddings(
         self,
         new_num_tokens: int | None = None,
         pad_to_multiple_of: int | None = None,
         mean_resizing: bool = True,
     ) -> nn.Embedding:
-        """Resize the shared vocabulary, and with it the target-side size and the logits bias."""
+        """Resize the shared vocabulary, and with it the target-side size and the logits bias. With separate
+        vocabularies, the source side only: `resize_decoder_token_embeddings` resizes the target side."""
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if not self.config.share_encoder_decoder_embeddings:
-            return embeddings
-        size = embeddings.weight.shape[0]
-        self.config.decoder_vocab_size = size
+        if self.config.share_encoder_decoder_embeddings:
+            self.config.decoder_vocab_size = embeddings.weight.shape[0]
+            self._resize_logits_bias(embeddings.weight.shape[0])
+        return embeddings
+
+    def _resize_token_embeddings(
+        self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        # transformers resizes the output projection along with the input embeddings, which is right for one
+        # shared vocabulary; with separate ones the projection belongs to the target side.
+        if self.config.share_encoder_decoder_embeddings:
+            return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        old = self.get_input_embeddings()
+        resized = self._get_resized_embeddings(old, new_num_tokens, pad_to_multiple_of, mean_resizing)
+        resized.requires_grad_(old.weight.requires_grad)
+        self.set_input_embeddings(resized)
+        return resized
+
+    def resize_decoder_token_embeddings(
+        self, new_num_tokens: int, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Resize the target vocabulary of a model with separate vocabularies (fairseq's): the decoder's
+        embeddings, the output projection and the logits bias, as Marian's method of the same name does."""
+        if self.config.share_encoder_decoder_embeddings:
+            raise ValueError(
+                "This model shares one vocabulary between source and target: resize it with "
+                "resize_token_embeddings. resize_decoder_token_embeddings is for separate vocabularies."
+            )
+        decoder = self.model.decoder
+        decoder.embed_tokens = self._get_resized_embeddings(
+            decoder.embed_tokens, new_num_tokens, mean_resizing=mean_resizing
+        )
+        if not self.config.tie_word_embeddings:
+            resized = self._get_resized_lm_head(self.lm_head, new_num_tokens, mean_resizing=mean_resizing)
+            self.lm_head = CPULinear(resized.in_features, resized.out_features, bias=False)
+            self.lm_head.weight = resized.weight
+        self.config.decoder_vocab_size = new_num_tokens
+        self._resize_logits_bias(new_num_tokens)
+        self.tie_weights()
+        return decoder.embed_tokens
+
+    def _resize_logits_bias(self, size: int) -> None:
         if self.config.output_bias:
             old = self.final_logits_bias
             bias = old.new_zeros(1, size)
             bias[:, : min(size, old.shape[1])] = old[:, :size]
             self.final_logits_bias = bias
-        return embeddings
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -94,6 +94,10 @@ def test_remote_code_loads_without_the_package(tmp_path, shipped_onednn_sizes):
             logits = model(input_ids=src, decoder_input_ids=torch.tensor([[0, 5, 9]])).logits
         assert torch.equal(logits, expected["logits"])
         assert torch.equal(model.generate(input_ids=src, num_beams=3, max_new_tokens=6), expected["ids"])
+        from transformers import AutoModel
+        bare = AutoModel.from_pretrained({str(tmp_path / "model")!r}, trust_remote_code=True)
+        assert type(bare).__name__ == "VanillaTransformerModel", type(bare)
+        assert torch.equal(bare.shared.weight, model.model.shared.weight)
         print("remote code OK", type(model).__module__)
         """
     )

@@ -85,11 +85,39 @@ def test_round_trip_through_json(tmp_path):
         ({"position_embedding_type": "rotary"}, "position_embedding_type"),
         ({"sinusoidal_layout": "weird"}, "sinusoidal_layout"),
         ({"decoder_vocab_size": 70}, "decoder_vocab_size"),
+        ({"d_k": True}, "d_k"),
+        ({"layer_norm_eps": "1e-5"}, "layer_norm_eps"),
+        ({"init_std": float("nan")}, "init_std"),
+        ({"pad_token_id": None}, "pad_token_id"),
+        ({"decoder_start_token_id": None}, "decoder_start_token_id"),
+        ({"sinusoidal_layout": "fairseq", "d_model": 2, "h": 1}, "fairseq"),
+        (
+            {"share_encoder_decoder_embeddings": False, "vocab_size": 1, "decoder_vocab_size": 64},
+            "pad_token_id",
+        ),
     ],
 )
 def test_invalid_values_raise_and_name_the_field(overrides, field):
     with pytest.raises(ValueError, match=field):
         tiny_config(**overrides)
+
+
+def test_the_constructor_takes_the_paper_symbols_as_from_preset_does():
+    config = VanillaTransformerConfig(vocab_size=50, d_model=16, N=1, h=2, d_ff=32, P_drop=0.2, eps_ls=0.0)
+    assert (config.encoder_layers, config.decoder_layers) == (1, 1)
+    assert (config.encoder_attention_heads, config.decoder_attention_heads) == (2, 2)
+    assert (config.encoder_ffn_dim, config.decoder_ffn_dim) == (32, 32)
+    assert (config.dropout, config.label_smoothing) == (0.2, 0.0)
+    assert not hasattr(config, "N") and "N" not in config.to_dict()
+    with pytest.raises(ValueError, match="N=2 and encoder_layers=3 disagree"):
+        VanillaTransformerConfig(N=2, encoder_layers=3)
+
+
+def test_a_config_changed_after_it_was_made_is_checked_again_by_the_model():
+    config = tiny_config()
+    config.encoder_attention_heads = 3
+    with pytest.raises(ValueError, match="not divisible by encoder_attention_heads"):
+        VanillaTransformerForConditionalGeneration(config)
 
 
 def test_d_model_not_divisible_is_fine_with_explicit_head_sizes():

@@ -317,6 +317,34 @@ def test_chunked_loss_and_gradient_equal_torch_cross_entropy(monkeypatch, dtype)
     assert (logits.grad[0, 2:4] == 0).all()
 
 
+def test_chunked_loss_of_a_batch_without_labels_leaves_zero_gradients_like_torch():
+    """All positions -100: the mean is 0 / 0 (NaN) in both, but no gradient may carry the NaN into the
+    weights: torch's cross_entropy gives every unlabelled position a zero gradient."""
+    logits = torch.randn(2, 3, 11, requires_grad=True)
+    labels = torch.full((2, 3), -100)
+    loss = label_smoothed_cross_entropy(logits, labels, 0.1)
+    assert "_SmoothedCrossEntropySumBackward" in grad_fn_names(loss)
+    loss.backward()
+    reference_logits = logits.detach().clone().requires_grad_()
+    reference = nn.functional.cross_entropy(
+        reference_logits.view(-1, 11), labels.view(-1), ignore_index=-100, label_smoothing=0.1
+    )
+    reference.backward()
+    assert loss.isnan() and reference.isnan()
+    assert torch.equal(reference_logits.grad, torch.zeros_like(logits))
+    assert torch.equal(logits.grad, torch.zeros_like(logits))
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_labels_of_another_length_than_the_decoder_inputs_are_refused_in_one_line(monkeypatch, enabled):
+    monkeypatch.setattr(cpu_speedups, "ENABLED", enabled)
+    src, tgt = random_batch()
+    model = tiny_model().train()
+    message = r"labels have shape \(3, 8\) but the decoder gave logits for \(3, 7\) positions"
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=src, decoder_input_ids=tgt, labels=torch.cat([tgt, tgt[:, :1]], dim=1))
+
+
 @pytest.mark.parametrize("label", [-1, -101, 50])
 def test_chunked_loss_refuses_labels_that_cross_entropy_refuses(label):
     logits = torch.randn(4, 50, requires_grad=True)

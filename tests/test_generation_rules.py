@@ -114,3 +114,41 @@ def test_generation_config_objects_are_accepted():
         num_beams=2, max_length_offset=3, length_penalty_type="gnmt", decoder_start_token_id=BOS
     )
     assert model.generate(input_ids=src, generation_config=config).shape[1] == 1 + 4 + 3 + 1
+
+
+def test_max_new_tokens_in_the_generation_config_wins_over_the_offset_rule(recwarn):
+    model = model_with_eos_bias(-100.0)
+    src = torch.randint(4, 64, (1, 8), generator=torch.Generator().manual_seed(1))
+    config = paper_generation_config(model.config, max_new_tokens=3)
+    assert model.generate(input_ids=src, generation_config=config).shape[1] == 1 + 3
+    model.generation_config = paper_generation_config(model.config, max_new_tokens=4)
+    assert model.generate(input_ids=src).shape[1] == 1 + 4
+    # The offset rule's own limit goes into a copy of the call's config, never beside it (deprecated).
+    model.generation_config = paper_generation_config(model.config, max_length_offset=2)
+    config = paper_generation_config(model.config, max_length_offset=2)
+    assert model.generate(input_ids=src, generation_config=config).shape[1] == 1 + 8 + 2 + 1
+    assert config.max_new_tokens is None
+    assert not [w for w in recwarn if "generation_config" in str(w.message)]
+
+
+def test_the_offset_rule_takes_the_lengths_from_the_attention_mask_without_input_ids():
+    model = model_with_eos_bias(-100.0)
+    model.generation_config = paper_generation_config(model.config, max_length_offset=2, num_beams=1)
+    src = torch.randint(4, 64, (2, 6), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(src)
+    mask[1, 4:] = 0
+    from_ids = model.generate(input_ids=src, attention_mask=mask)
+    encoder_outputs = model.get_encoder()(input_ids=src, attention_mask=mask)
+    from_encoder = model.generate(encoder_outputs=encoder_outputs, attention_mask=mask)
+    assert torch.equal(from_ids, from_encoder)
+    with pytest.raises(ValueError, match="pass the source input_ids or its attention_mask, or set the"):
+        model.generate(encoder_outputs=encoder_outputs)
+
+
+def test_learned_positions_cap_the_offset_rule_at_the_position_table():
+    model = tiny_model(position_embedding_type="learned", max_position_embeddings=10, output_bias=True)
+    with torch.no_grad():
+        model.final_logits_bias[0, EOS] = -100.0
+    src = torch.randint(4, 64, (1, 8), generator=torch.Generator().manual_seed(1))
+    out = model.generate(input_ids=src, max_length_offset=50, num_beams=2)
+    assert out.shape[1] == 1 + 10
