@@ -55,15 +55,17 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # within 0.1 dev BLEU of it. Batches of 4096 tokens: 6000 steps of 2048 learned faster early on but
     # ended level on the dev set. The last 5 checkpoints averaged, written every 250 steps so that they span
     # the last third of training: spanning steps 1000-3000, the average of a model still learning lost
-    # 3 dev BLEU (benchmarks/RESULTS.md).
+    # 3 dev BLEU. A smaller model (d_model 128, 4 + 4 layers, d_ff 256, dropout 0.3) takes half the time a
+    # step but learned less in the same time (benchmarks/RESULTS.md).
     "cpu": TrainingPreset("base", CPU_MODEL, 3000, 4096, 4096, 1000, 8000, 250, 5, 5, 500, bf16=True),
     # The README's demo, a fixed amount of work so that what it learns does not depend on the machine, only
     # how long it takes. Chosen by measurement on the shipped Multi30k (dev set only): a narrower
-    # feed-forward layer and a 5000-token vocabulary make a step cheaper; batches of 1024 tokens cost no
-    # more per token than 2048 on two cores but give twice the updates, which learned far more from the
-    # same tokens; a warm-up of 300 steps to 0.3 x Eq. 3 (a peak learning rate of 1.1e-3) learned faster
-    # than 0.2 x and than 0.45 x, and Eq. 3 at full scale decoded in runaway repetition. It keeps the paper's
-    # alpha: choosing it on the dev set would add about 2 minutes of beam search to a demo meant to take 15.
+    # feed-forward layer and a 5000-token vocabulary make a step cheaper (d_model 128 cheaper still, but it
+    # learned less in the same time); batches of 1024 tokens cost no more per token than 2048 on two cores
+    # but give twice the updates, which learned far more from the same tokens; a warm-up of 300 steps to
+    # 0.3 x Eq. 3 (a peak learning rate of 1.1e-3) learned faster than 0.2 x and than 0.45 x, and Eq. 3 at
+    # full scale decoded in runaway repetition. It keeps the paper's alpha: choosing it on the dev set would
+    # add about 2 minutes of beam search to a demo meant to take 15.
     "cpu-demo": TrainingPreset(
         model_preset="base",
         model_overrides=DEMO_MODEL,
