@@ -113,8 +113,14 @@ def _average_tensor(
     reference = handles[weight_maps[-1][name]].get_tensor(name)
     if reference.is_floating_point():
         total = torch.zeros(reference.shape, dtype=torch.float64)
-        for weight_map in weight_maps:
-            total += handles[weight_map[name]].get_tensor(name).to(torch.float64)
+        for checkpoint, weight_map in zip(checkpoints, weight_maps, strict=True):
+            tensor = handles[weight_map[name]].get_tensor(name)
+            if not torch.isfinite(tensor).all():
+                raise ValueError(
+                    f"{checkpoint} holds NaN or infinite values in {name!r}, and so would the average: leave "
+                    "that checkpoint out (average the others with --checkpoints)."
+                )
+            total += tensor.to(torch.float64)
         return (total / len(weight_maps)).to(reference.dtype)
     for checkpoint, weight_map in zip(checkpoints, weight_maps, strict=True):
         if not torch.equal(handles[weight_map[name]].get_tensor(name), reference):
@@ -140,7 +146,8 @@ def average_checkpoints(
     loads with ``from_pretrained(output_dir)``. Returns ``output_dir``.
 
     A folder that holds files already is refused (it may hold a trained model), unless ``overwrite``: then
-    its weight files go first, so that no shard of an earlier model is loaded beside the average.
+    its weight files go before the first averaged file is written, so that no shard of an earlier model is
+    loaded beside the average. A checkpoint holding NaN or infinite weights is refused.
     """
     checkpoints = [Path(path) for path in checkpoint_dirs]
     if not checkpoints:
@@ -162,8 +169,6 @@ def average_checkpoints(
                 f"{output_dir} is not empty: averaging would overwrite the model it may hold. Give a new "
                 "folder, or overwrite it on purpose (--force)."
             )
-        for stale in output_dir.glob("*.safetensors*"):
-            stale.unlink()
 
     weight_maps = [_weight_map(checkpoint) for checkpoint in checkpoints]
     with ExitStack() as stack:
@@ -177,8 +182,11 @@ def average_checkpoints(
         names_by_file: dict[Path, list[str]] = defaultdict(list)
         for name, path in weight_maps[-1].items():
             names_by_file[path].append(name)
-        for reference_file, names in names_by_file.items():
+        for index, (reference_file, names) in enumerate(names_by_file.items()):
             averaged = {name: _average_tensor(name, checkpoints, weight_maps, handles) for name in names}
+            if index == 0:  # the first file averaged soundly: only now make way for the new weights
+                for stale in output_dir.glob("*.safetensors*"):
+                    stale.unlink()
             # Keeps {"format": "pt"}, which from_pretrained checks.
             save_file(averaged, output_dir / reference_file.name, metadata=handles[reference_file].metadata())
 

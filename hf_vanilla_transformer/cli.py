@@ -118,6 +118,11 @@ def non_negative_int(text: str) -> int:
     return _number(text, int, lambda value: value >= 0, "an integer of 0 or more")
 
 
+def random_seed(text: str) -> int:
+    """argparse type: a random seed, an integer from 0 to 2**32 - 1 (what numpy and torch both take)."""
+    return _number(text, int, lambda value: 0 <= value < 2**32, "a seed from 0 to 2**32 - 1")
+
+
 def finite_float(text: str) -> float:
     """argparse type: a finite number (no nan or inf)."""
     return _number(text, float, lambda value: True, "a finite number")
@@ -148,5 +153,6 @@ __all__ = [
     "positive_float",
     "positive_int",
     "probability",
+    "random_seed",
     "refusals_in_one_line",
 ]

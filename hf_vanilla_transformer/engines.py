@@ -55,7 +55,7 @@ from .export import (
     require_packages,
 )
 from .generation_vanilla_transformer import PaperDecodingMixin, gnmt_length_penalty
-from .model_location import loading
+from .model_location import check_location, loading
 from .translation import load_tokenizers, translate
 
 ENGINES = ("torch", "ctranslate2", "onnx")
@@ -445,6 +445,7 @@ def load_model(
         )
     if engine == "onnx":
         return OnnxSeq2SeqLM(name_or_path, threads=threads)
+    check_location(name_or_path)
     return AutoModelForSeq2SeqLM.from_pretrained(name_or_path)
 
 

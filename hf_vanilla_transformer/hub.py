@@ -47,8 +47,9 @@ from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .conversion import FAIRSEQ_BPE_FILES
 from .export import ExportSource, export_ctranslate2
 from .generation_vanilla_transformer import paper_generation_config
+from .model_location import loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .tokenization import load_tokenizer
+from .tokenization import TOKENIZER_FILES, load_tokenizer
 from .translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
 
 logger = logging.get_logger(__name__)
@@ -57,7 +58,6 @@ RESULTS_FILE = "results.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 CARD_FILE = "README.md"
 CARD_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "template.md"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # The Hub takes files up to 50 GB but advises smaller ones, which download in parallel and resume better.
 DEFAULT_MAX_SHARD_SIZE = "5GB"
 NOT_MEASURED = "not measured"
@@ -374,7 +374,8 @@ def stage_repo(
     model_dir, folder = Path(model_dir), Path(folder)
     _check_model_dir(model_dir)
     tokenizer = load_tokenizer(model_dir)
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+    with loading(model_dir):
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
     template_path = Path(card_template) if card_template is not None else CARD_TEMPLATE
     if not template_path.is_file():
         raise FileNotFoundError(f"Model card template {str(template_path)!r} does not exist.")

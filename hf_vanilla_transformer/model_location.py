@@ -5,24 +5,35 @@ location that cannot be one is refused in one line before transformers tries it,
 loading is reported in one line that names the location.
 """
 
+import json
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
+from safetensors import SafetensorError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+# Written into every folder that `export` makes: what it is an export of, and for which engine.
+EXPORT_INFO_FILE = "vanilla_transformer_export.json"
 
 
 def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
     """Raise a one-line ValueError for a location that cannot hold a model (`model`) or a tokenizer: a
-    missing path that is no valid Hub id, a file, or (for a model) a folder without config.json."""
+    missing path that is no valid Hub id, a file, or (for a model) a folder without config.json or one
+    that `export` wrote for another engine."""
     name = str(name_or_path)
     path = Path(name)
     saved_by = "a folder written by save_pretrained"
     if path.is_file():
         raise ValueError(f"{name} is a file: give the folder that holds it ({saved_by}).")
+    if model and (path / EXPORT_INFO_FILE).is_file():
+        engine = json.loads((path / EXPORT_INFO_FILE).read_text(encoding="utf-8")).get("engine", "another")
+        raise ValueError(
+            f"{name} is an export for {engine}, not a PyTorch model folder: give the folder it was exported "
+            f"from (`vanilla-transformer translate --engine {engine}` translates with the export itself)."
+        )
     if path.is_dir():
         if model and not (path / "config.json").is_file():
             inner = path / "model" if (path / "model" / "config.json").is_file() else None
@@ -44,7 +55,7 @@ def loading(name_or_path: str | Path, *, model: bool = True) -> Iterator[None]:
     name = str(name_or_path)
     try:
         yield
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, SafetensorError) as error:
         origin = Path(traceback.extract_tb(error.__traceback__)[-1].filename).resolve()
         if isinstance(error, ValueError) and origin.is_relative_to(_PACKAGE_DIR):
             raise

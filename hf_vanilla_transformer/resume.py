@@ -47,6 +47,8 @@ def find_resume_checkpoint(output_dir: Path, resume: bool, state: PartialState) 
 
     Only the main process looks, and sets incomplete checkpoints aside, while the others wait for its answer:
     processes renaming the same folder at once would crash, and all must resume from the same checkpoint."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise FileExistsError(f"--output-dir {output_dir} is a file: give a folder for the run.")
     found = [_look_for_checkpoints(output_dir, resume) if state.is_main_process else None]
     has_checkpoints, last = broadcast_object_list(found)[0]
     if not resume:

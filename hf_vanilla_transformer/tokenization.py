@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -37,6 +38,8 @@ EOS_TOKEN = "</s>"
 # config's defaults), which also keeps the padding id non-zero: transformers' beam search pads finished
 # hypotheses with `pad_token_id or eos_token_id`, so a padding id of 0 would pad with end tokens.
 SPECIAL_TOKENS = (BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
+# What a folder written by `tokenizer.save_pretrained` holds, one or the other at least.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 TextSource = str | os.PathLike
 # Texts handed to the trainer at a time: it counts the words of a batch in parallel, and one call per batch
@@ -200,6 +203,12 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedToken
     Raises:
         ValueError: a special token is unset or missing from the vocabulary.
     """
+    folder = Path(name_or_path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"{name_or_path} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it next to the "
+            "weights with tokenizer.save_pretrained(folder)."
+        )
     with loading(name_or_path, model=False):
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     vocab = tokenizer.get_vocab()

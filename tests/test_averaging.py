@@ -126,6 +126,17 @@ def test_float16_and_integer_tensors(tmp_path):
     assert torch.equal(averaged["steps"], steps)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_checkpoint_with_non_finite_weights_is_refused_and_the_earlier_average_kept(tmp_path, bad):
+    a = write_checkpoint(tmp_path / "a", {"w": torch.ones(3)})
+    b = write_checkpoint(tmp_path / "b", {"w": torch.tensor([1.0, bad, 2.0])})
+    c = write_checkpoint(tmp_path / "c", {"w": torch.zeros(3)})
+    earlier = average_checkpoints([a, c], tmp_path / "avg")
+    with pytest.raises(ValueError, match=f"{b} holds NaN or infinite values in 'w'"):
+        average_checkpoints([a, b], tmp_path / "avg", overwrite=True)
+    assert torch.equal(load_file(earlier / "model.safetensors")["w"], torch.full((3,), 0.5))
+
+
 def test_differing_integer_tensor_is_refused(tmp_path):
     a = write_checkpoint(tmp_path / "a", {"w": torch.ones(2), "ids": torch.tensor([1, 2])})
     b = write_checkpoint(tmp_path / "b", {"w": torch.ones(2), "ids": torch.tensor([1, 3])})

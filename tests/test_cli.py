@@ -6,8 +6,10 @@ import argparse
 import dataclasses
 import importlib.util
 import io
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,7 @@ from hf_vanilla_transformer.cli import ArgumentParser, refusals_in_one_line
 from hf_vanilla_transformer.commands import COMMANDS, command_module
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.commands.translate import main as translate_main
+from hf_vanilla_transformer.model_location import EXPORT_INFO_FILE
 from hf_vanilla_transformer.presets import TRAINING_PRESETS
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 
@@ -249,6 +252,25 @@ BAD_INPUTS = {
         ["--checkpoints", "MODEL", "EMPTY", "--output", "SOURCE"],
         "is a file",
     ),
+    "translate: weights cut short": ("translate", ["--model", "CORRUPT", "--input", "SOURCE"], "Cannot load"),
+    "translate: an export on the torch engine": (
+        "translate",
+        ["--model", "EXPORT", "--engine", "torch", "--input", "SOURCE"],
+        "is an export for ctranslate2, not a PyTorch model folder",
+    ),
+    "push: an export": (
+        "push_to_hub",
+        ["--model-dir", "EXPORT", "--repo-id", "someone/x"],
+        "is an export for ctranslate2, not a PyTorch model folder",
+    ),
+    "push: a shard size of 0": (
+        "push_to_hub",
+        ["--model-dir", "MODEL", "--repo-id", "someone/x", "--max-shard-size", "0"],
+        "--max-shard-size",
+    ),
+    "train: a negative seed": ("train", ["--output-dir", "out", "--seed", "-1"], "--seed"),
+    "train: output a file": ("train", ["--output-dir", "SOURCE"], "is a file"),
+    "chatbot: output a file": ("chatbot", ["train", "--output-dir", "SOURCE"], "is a file"),
 }
 
 
@@ -264,6 +286,13 @@ def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp
     replacements |= {"FOLDER": str(tmp_path), "EMPTY": str(tmp_path / "empty")}
     replacements["CONFIG"] = str(model_dir / "config.json")
     replacements["EMPTY_FILE"] = str(tmp_path / "empty.en")
+    shutil.copytree(model_dir, tmp_path / "corrupt")
+    weights = tmp_path / "corrupt" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    shutil.copytree(model_dir, tmp_path / "export")
+    export_info = json.dumps({"engine": "ctranslate2"})
+    (tmp_path / "export" / EXPORT_INFO_FILE).write_text(export_info, encoding="utf-8")
+    replacements |= {"CORRUPT": str(tmp_path / "corrupt"), "EXPORT": str(tmp_path / "export")}
     result = run_script(name, *[replacements.get(arg, arg) for arg in args])
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr

@@ -527,6 +527,16 @@ def test_pre_ln_checkpoint_is_refused(tmp_path, fairseq_folder):
         convert_fairseq_checkpoint(model_path, model_path.parent, tmp_path / "out")
 
 
+def test_non_finite_weights_are_refused(tmp_path, fairseq_folder):
+    fsmt, model_path = fairseq_folder
+    state = fairseq_state(fsmt)
+    state["encoder.layers.0.fc1.weight"][0, 0] = float("nan")
+    torch.save({"args": fairseq_args(fsmt.config), "model": state}, model_path)
+    with pytest.raises(ConversionError, match=r"NaN or infinite values: model\.encoder\.layers\.0\.ffn\.fc1"):
+        convert_fairseq_checkpoint(model_path, model_path.parent, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_missing_dictionary_is_named(tmp_path, fairseq_folder, capsys):
     _, model_path = fairseq_folder
     (model_path.parent / "dict.de.txt").unlink()

@@ -589,10 +589,43 @@ def test_export_refuses_an_occupied_folder_unless_forced(tmp_path):
     with pytest.raises(ExportError, match="exists and is not empty: give a new folder, or --force"):
         export(tmp_path / "model", "ctranslate2", tmp_path / "out")
     assert (tmp_path / "out" / "notes.txt").read_text() == "keep"
-    export(tmp_path / "model", "ctranslate2", tmp_path / "out", force=True)
-    assert not (tmp_path / "out" / "notes.txt").exists()
+    # --force replaces an earlier export only, never a folder of other files (a training run, say).
+    with pytest.raises(
+        ExportError, match="holds files that no export wrote .*: --force replaces only an earlier"
+    ):
+        export(tmp_path / "model", "ctranslate2", tmp_path / "out", force=True)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "keep"
+    export(tmp_path / "model", "onnx" if _installed("onnx") else "ctranslate2", tmp_path / "earlier")
+    export(tmp_path / "model", "ctranslate2", tmp_path / "earlier", force=True)
+    assert detect_engine(tmp_path / "earlier") == "ctranslate2"
     with pytest.raises(ExportError, match="holds the model being exported"):
         export(tmp_path / "model", "ctranslate2", tmp_path, force=True)
+
+
+@needs_ctranslate2
+def test_export_refuses_shortlist_files_that_are_not_line_aligned_utf8(tmp_path, capsys):
+    model = tiny_model()
+    model.save_pretrained(tmp_path / "model")
+    _vocabulary_tokenizer(64).save_pretrained(tmp_path / "model")
+    (tmp_path / "short.en").write_text("a b\nc d\ne f\n", encoding="utf-8")
+    (tmp_path / "short.de").write_text("a b\nc d\n", encoding="utf-8")
+    (tmp_path / "latin.en").write_bytes("a b\nd\xe9j\xe0\n".encode("latin-1"))
+    (tmp_path / "latin.de").write_text("a b\nc d\n", encoding="utf-8")
+    common = ["--model", str(tmp_path / "model"), "--to", "ctranslate2", "--out", str(tmp_path / "out")]
+
+    def error_after_loading(*argv: str) -> str:  # the model loads (with its progress bar) before the refusal
+        with pytest.raises(SystemExit) as exit_info:
+            export_script.main([*common, *argv])
+        assert exit_info.value.code == 2
+        error = capsys.readouterr().err
+        assert "Traceback" not in error
+        return error.splitlines()[-1]
+
+    error = error_after_loading("--shortlist-from", str(tmp_path / "short"))
+    assert "The shortlist's target text ends after 2 lines, before the other side" in error
+    error = error_after_loading("--shortlist-from", str(tmp_path / "latin"))
+    assert f"{tmp_path / 'latin.en'} is not UTF-8 text: re-encode it" in error
+    assert not (tmp_path / "out").exists()
 
 
 @needs_ctranslate2
@@ -605,6 +638,8 @@ def test_load_model_says_which_engine_a_folder_needs(tmp_path):
         load_model(tmp_path / "ct2", "onnx")
     with pytest.raises(ValueError, match="is not an exported folder"):
         load_model(tmp_path / "model", "ctranslate2")
+    with pytest.raises(ValueError, match="is an export for ctranslate2, not a PyTorch model folder"):
+        load_model(tmp_path / "ct2", "torch")
     assert detect_engine(tmp_path / "model") == "torch"
 
 

@@ -85,6 +85,12 @@ def test_padding_is_right_with_pad_id(tokenizer):
     assert batch.attention_mask[0][-1] == 0
 
 
+def test_a_model_folder_without_a_tokenizer_is_named_with_the_fix(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"no tokenizer \(tokenizer.json or tokenizer_config.json\): save"):
+        load_tokenizer(tmp_path)
+
+
 def test_save_and_autotokenizer_reload(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
     assert (tmp_path / "tokenizer.json").is_file()

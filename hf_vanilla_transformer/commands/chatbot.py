@@ -32,6 +32,7 @@ from ..cli import (
     positive_float,
     positive_int,
     probability,
+    random_seed,
     refusals_in_one_line,
 )
 
@@ -53,7 +54,7 @@ SETTING_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
     "limit": (positive_int, "use only the first N rows of the corpus (quick trials)"),
     "logging_steps": (positive_int, "updates between logged training losses"),
     "keep_checkpoints": (positive_int, "checkpoints to keep of those saved at the end of each epoch"),
-    "seed": (int, "seed of the split, the shuffling and the initialisation"),
+    "seed": (random_seed, "seed of the split, the shuffling and the initialisation"),
 }
 
 MODEL_HELP = "folder of a trained chatbot"

@@ -31,12 +31,15 @@ AUTH_EXIT_STATUS = 2
 
 
 def shard_size(text: str) -> int | str:
-    """argparse type: a number of bytes, or a size with one of the units save_pretrained reads (KB to TB)."""
-    if text.strip().isdigit():
-        return int(text)
-    if re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]B", text.strip(), flags=re.IGNORECASE):
-        return text.strip()
-    raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 5GB or 500MB, or a number of bytes")
+    """argparse type: a number of bytes above 0, or a size with one of the units save_pretrained reads (KB
+    to TB)."""
+    size = re.fullmatch(r"(\d+(\.\d+)?)\s*([KMGT]B)?", text.strip(), flags=re.IGNORECASE)
+    number, fraction, unit = size.groups() if size else ("0", None, None)
+    if float(number) > 0 and (unit or not fraction):  # a bare number counts whole bytes
+        return text.strip() if unit else int(number)
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a size above 0 such as 5GB or 500MB, or a number of bytes"
+    )
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:

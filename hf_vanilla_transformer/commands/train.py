@@ -25,7 +25,14 @@ from transformers.integrations.integration_utils import (
     is_flytekit_available,
 )
 
-from ..cli import ArgumentParser, non_negative_int, positive_float, positive_int, refusals_in_one_line
+from ..cli import (
+    ArgumentParser,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    random_seed,
+    refusals_in_one_line,
+)
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..presets import TRAINING_PRESETS, TrainingPreset
 from ..training import SET_BY_THE_RUN, TrainingSettings, run_training
@@ -185,7 +192,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--average-checkpoints", type=positive_int, help="average the last K checkpoints (1: none)"
     )
     training.add_argument("--eval-steps", type=positive_int, help="updates between dev loss evaluations")
-    training.add_argument("--seed", type=int, default=1, help="seed of the initialisation and data order")
+    training.add_argument(
+        "--seed", type=random_seed, default=1, help="seed of the initialisation and data order"
+    )
     training.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     training.add_argument(
         "--bf16", action=argparse.BooleanOptionalAction, help="bf16 autocast; --no-bf16: float32 throughout"

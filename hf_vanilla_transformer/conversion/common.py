@@ -48,8 +48,8 @@ def _key_pattern(key: str) -> str:
 def load_converted_state(
     model: VanillaTransformerForConditionalGeneration, state: dict[str, torch.Tensor], source: str
 ) -> None:
-    """Load `state` into `model`, failing with the offending names if anything is missing, unexpected
-    or of the wrong shape. Tied copies of the shared embedding may be absent from `state`."""
+    """Load `state` into `model`, failing with the offending names if anything is missing, unexpected,
+    of the wrong shape or not finite. Tied copies of the shared embedding may be absent from `state`."""
     expected = model.state_dict()
     tied = set(model.get_expanded_tied_weights_keys(all_submodels=True))
     missing = sorted(k for k in expected if k not in state and k not in tied)
@@ -59,10 +59,12 @@ def load_converted_state(
         for k in state
         if k in expected and state[k].shape != expected[k].shape
     )
+    non_finite = sorted(k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all())
     problems = [
         (f"missing from {source}", missing),
         (f"not recognised in {source}", unexpected),
         ("shape mismatch", wrong_shape),
+        ("NaN or infinite values", non_finite),
     ]
     report = [
         f"{label}: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}"

@@ -77,13 +77,16 @@ def export(
     shortlist = None
     if shortlist_from is not None:
         source_file, target_file = shortlist_from
-        shortlist = build_shortlist(
-            read_lines(source_file),
-            read_lines(target_file),
-            source.tokenizer,
-            source.target_tokenizer,
-            size=shortlist_size,
-        )
+        try:
+            shortlist = build_shortlist(
+                read_lines(source_file),
+                read_lines(target_file),
+                source.tokenizer,
+                source.target_tokenizer,
+                size=shortlist_size,
+            )
+        except ValueError as error:  # files of different lengths, or not UTF-8
+            raise ExportError(str(error)) from None
     return export_ctranslate2(source, out, quantization, force, shortlist)
 
 

@@ -13,14 +13,12 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..model_location import loading
+from ..model_location import EXPORT_INFO_FILE, loading
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation import load_tokenizers
 from ..translation_pipeline import TARGET_TOKENIZER_DIR
 
 EXPORT_TARGETS = ("ctranslate2", "onnx")
-# Written into every exported folder: which engine reads it, and what was exported.
-EXPORT_INFO_FILE = "vanilla_transformer_export.json"
 # The packages each export needs, and running an ONNX export.
 _REQUIREMENTS = {
     "ctranslate2": ("ctranslate2",),
@@ -79,7 +77,8 @@ def read_export_info(folder: str | Path) -> dict[str, Any] | None:
 
 
 def _prepare_output(out: Path, source: ExportSource, force: bool) -> None:
-    """Make `out` an empty folder: refuse a non-empty one unless `force`, and never one holding the model."""
+    """Make `out` an empty folder: refuse a non-empty one unless `force` and it holds an earlier export, and
+    never one holding the model."""
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file: give a folder.")
     if out.is_dir() and any(out.iterdir()):
@@ -92,6 +91,11 @@ def _prepare_output(out: Path, source: ExportSource, force: bool) -> None:
         if not force:
             raise ExportError(
                 f"--out {out} exists and is not empty: give a new folder, or --force to replace it."
+            )
+        if read_export_info(out) is None:
+            raise ExportError(
+                f"--out {out} holds files that no export wrote (a model, checkpoints, ...): --force replaces "
+                "only an earlier export. Give a new folder."
             )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -103,7 +103,7 @@ def build_shortlist(
     target_counts = torch.zeros(target_size, dtype=torch.long)
     target_frequency = torch.zeros(target_size, dtype=torch.long)
     pairs = 0
-    texts = zip(source_texts, target_texts, strict=True)
+    texts = _aligned(source_texts, target_texts)
     while batch := list(itertools.islice(texts, chunk)):
         source_ids = tokenizer([source for source, _ in batch], add_special_tokens=False)["input_ids"]
         target_ids = target_tokenizer([target for _, target in batch], add_special_tokens=False)["input_ids"]
@@ -141,8 +141,29 @@ def build_shortlist(
     return Shortlist([target_names[i] for i in usable[:frequent].tolist()], candidates)
 
 
+def _aligned(source_texts: Iterable[str], target_texts: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """The pairs of line-aligned texts; a one-line ValueError where one side ends before the other."""
+    end = object()
+    for number, (source, target) in enumerate(
+        itertools.zip_longest(source_texts, target_texts, fillvalue=end)
+    ):
+        if source is end or target is end:
+            shorter = "source" if source is end else "target"
+            raise ValueError(
+                f"The shortlist's {shorter} text ends after {number} lines, before the other side: give "
+                "line-aligned parallel text."
+            )
+        yield source, target
+
+
 def read_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file, without their line ends, one at a time."""
+    """The lines of a UTF-8 text file, without their line ends, one at a time; a one-line ValueError
+    naming the file where it is not UTF-8."""
     with open(path, encoding="utf-8") as lines:
-        for line in lines:
-            yield line.rstrip("\r\n")
+        try:
+            for line in lines:
+                yield line.rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"{path} is not UTF-8 text: re-encode it, e.g. iconv -f latin1 -t utf-8."
+            ) from None
