@@ -30,7 +30,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         choices=CTRANSLATE2_QUANTIZATIONS,
         help="CTranslate2 weight type (default: float32)",
     )
-    parser.add_argument("--force", action="store_true", help="replace --out if it exists and is not empty")
+    parser.add_argument("--force", action="store_true", help="replace --out if it holds an earlier export")
     shortlist = parser.add_argument_group("vocabulary shortlist (CTranslate2; docs/export.md)")
     shortlist.add_argument(
         "--shortlist-from",
