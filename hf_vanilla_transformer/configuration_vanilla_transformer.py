@@ -215,11 +215,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
         )
         for name in positive:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not _integer(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         for name in ("d_k", "d_v"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            if value is not None and (not _integer(value) or value <= 0):
                 raise ValueError(f"{name} must be a positive integer or None (d_model / h), got {value!r}.")
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
@@ -272,11 +272,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
             "decoder_start_token_id": [self.decoder_start_token_id],
         }
         for name in ("pad_token_id", "decoder_start_token_id"):
-            token_id = getattr(self, name)
-            if not isinstance(token_id, int) or isinstance(token_id, bool):
+            if not _integer(getattr(self, name)):
                 raise ValueError(
-                    f"{name} must be a token id, got {token_id!r}: the model pads and shifts the labels with "
-                    "it. Use the id your tokenizer gives that token."
+                    f"{name} must be a token id, got {getattr(self, name)!r}: the model pads and shifts the "
+                    "labels with it. Use the id your tokenizer gives that token."
                 )
         for name, ids in token_ids.items():
             # The padding id indexes both embeddings; the others are target tokens only.
@@ -291,8 +290,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     )
 
 
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _positive_number(value: Any) -> bool:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = isinstance(value, float) or _integer(value)
     return number and math.isfinite(value) and value > 0
 
 
