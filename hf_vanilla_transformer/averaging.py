@@ -19,11 +19,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .model_location import MODEL_DESCRIPTION_FILES, remove_model_descriptions
+
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-# Weights are rewritten, and Trainer's optimizer/scheduler/RNG state describes one run, not the average.
+# Weights are rewritten; Trainer's optimizer/scheduler/RNG state and a model's descriptions belong to one run,
+# not the average.
 _SKIPPED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_SKIPPED_NAMES = {WEIGHTS_INDEX_NAME, "trainer_state.json"}
+_SKIPPED_NAMES = {WEIGHTS_INDEX_NAME, *MODEL_DESCRIPTION_FILES}
 _CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 # Open safetensors files by path; safe_open's handle type is not importable for annotations.
 _Handles = dict[Path, Any]
@@ -143,7 +146,8 @@ def average_checkpoints(
     tied duplicates such as ``lm_head.weight`` out of them, and so does the average), in the same file layout,
     next to a copy of every other top-level file of the last checkpoint (config.json, generation_config.json,
     tokenizer files, remote-code ``*.py``) except optimizer, scheduler, RNG and trainer state. The result
-    loads with ``from_pretrained(output_dir)``. Returns ``output_dir``.
+    loads with ``from_pretrained(output_dir)``. Returns ``output_dir``. Files that describe one model (a
+    run's ``results.json``, the Trainer's state, an export's info file) are neither copied nor kept.
 
     A folder that holds files already is refused (it may hold a trained model), unless ``overwrite``: then
     its weight files go before the first averaged file is written, so that no shard of an earlier model is
@@ -184,9 +188,10 @@ def average_checkpoints(
             names_by_file[path].append(name)
         for index, (reference_file, names) in enumerate(names_by_file.items()):
             averaged = {name: _average_tensor(name, checkpoints, weight_maps, handles) for name in names}
-            if index == 0:  # the first file averaged soundly: only now make way for the new weights
+            if index == 0:  # the first file averaged soundly: only now make way for the new model
                 for stale in output_dir.glob("*.safetensors*"):
                     stale.unlink()
+                remove_model_descriptions(output_dir)
             # Keeps {"format": "pt"}, which from_pretrained checks.
             save_file(averaged, output_dir / reference_file.name, metadata=handles[reference_file].metadata())
 

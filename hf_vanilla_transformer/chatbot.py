@@ -52,7 +52,7 @@ from transformers import (
 from transformers.utils import logging
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .model_location import loading
+from .model_location import TRAINER_STATE_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .resume import check_same_model, describe_differences, find_resume_checkpoint
 from .schedule import build_paper_optimizer, get_noam_schedule
@@ -223,13 +223,19 @@ def _tokenize_and_filter(
 ) -> Dataset:
     """Tutorial step 3. The tokenizer appends `</s>`; the decoder's `<s>` is added by the model when it
     shifts the labels, so a side fits when its ids plus that one start token are at most `max_length`."""
-    sources = tokenizer(questions)["input_ids"]
-    targets = tokenizer(answers)["input_ids"]
+    # Overlong pairs are dropped below, so tokenizers' warning about them would only mislead.
+    sources = tokenizer(questions, verbose=False)["input_ids"]
+    targets = tokenizer(answers, verbose=False)["input_ids"]
     kept = [i for i, (s, t) in enumerate(zip(sources, targets)) if max(len(s), len(t)) + 1 <= max_length]
     print(
         f"Kept {len(kept):,} of {len(sources):,} pairs; dropped {len(sources) - len(kept):,} with a side "
         f"longer than MAX_LENGTH={max_length} tokens (start and end tokens included)."
     )
+    if not kept:
+        raise ValueError(
+            f"No question-answer pair fits in max_length={max_length} tokens (start and end tokens "
+            "included): raise max_length."
+        )
     return Dataset.from_dict({"input_ids": [sources[i] for i in kept], "labels": [targets[i] for i in kept]})
 
 
@@ -392,7 +398,7 @@ def train_chatbot(
     )
     steps_before = 0
     if checkpoint is not None:
-        steps_before = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+        steps_before = json.loads((checkpoint / TRAINER_STATE_FILE).read_text())["global_step"]
     start = time.perf_counter()
     train_output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
     seconds = time.perf_counter() - start

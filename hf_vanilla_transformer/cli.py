@@ -84,6 +84,8 @@ def input_lines(path: str, flag: str, parser: ArgumentParser, stdin: TextIO | No
             return _segments(raw.read(), "standard input")
         except ValueError as error:
             parser.error(str(error))
+    if Path(path).is_dir():
+        parser.error(f"{flag} {path} is a folder: give a text file with one sentence a line.")
     if not Path(path).is_file():
         parser.error(f"{flag} {path}: no such file; give a text file with one sentence a line.")
     try:

@@ -47,15 +47,13 @@ from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .conversion import FAIRSEQ_BPE_FILES
 from .export import ExportSource, export_ctranslate2
 from .generation_vanilla_transformer import paper_generation_config
-from .model_location import loading
+from .model_location import RESULTS_FILE, TRAINER_STATE_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .tokenization import TOKENIZER_FILES, load_tokenizer
 from .translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
 
 logger = logging.get_logger(__name__)
 
-RESULTS_FILE = "results.json"
-TRAINER_STATE_FILE = "trainer_state.json"
 CARD_FILE = "README.md"
 CARD_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "template.md"
 # The Hub takes files up to 50 GB but advises smaller ones, which download in parallel and resume better.

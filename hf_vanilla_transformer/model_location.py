@@ -17,6 +17,18 @@ from safetensors import SafetensorError
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # Written into every folder that `export` makes: what it is an export of, and for which engine.
 EXPORT_INFO_FILE = "vanilla_transformer_export.json"
+# Written beside a trained model: the run's figures (`train`) and the Trainer's state (its step count).
+RESULTS_FILE = "results.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+# Files that describe one particular model, not part of it: another model written into the folder must not
+# inherit them (a model card would show the earlier model's BLEU, `translate` would take it for an export).
+MODEL_DESCRIPTION_FILES = (RESULTS_FILE, TRAINER_STATE_FILE, EXPORT_INFO_FILE)
+
+
+def remove_model_descriptions(folder: str | Path) -> None:
+    """Delete what `MODEL_DESCRIPTION_FILES` holds in `folder`: call it when another model replaces one."""
+    for name in MODEL_DESCRIPTION_FILES:
+        (Path(folder) / name).unlink(missing_ok=True)
 
 
 def check_location(name_or_path: str | Path, *, model: bool = True) -> None:

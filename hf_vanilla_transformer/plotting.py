@@ -27,6 +27,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from .averaging import last_checkpoints
+from .model_location import RESULTS_FILE, TRAINER_STATE_FILE
 from .modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,
@@ -173,7 +174,7 @@ def plot_learning_rate(
 def _newest_log_history(run_dir: str | Path, made_by: str) -> list[dict]:
     """The Trainer's `log_history` from the newest checkpoint of `run_dir`, a run that `made_by` wrote."""
     checkpoints = last_checkpoints(run_dir, k=None) if Path(run_dir).is_dir() else []
-    states = [state for c in checkpoints if (state := c / "trainer_state.json").is_file()]
+    states = [state for c in checkpoints if (state := c / TRAINER_STATE_FILE).is_file()]
     if not states:
         raise FileNotFoundError(f"No checkpoint-*/trainer_state.json in {run_dir}: is it a {made_by} run?")
     return json.loads(states[-1].read_text())["log_history"]
@@ -194,7 +195,7 @@ def plot_training_curves(run_dir: str | Path, path: str | Path | None = None) ->
     for name, points in series.items():
         if points:
             axes.plot(*zip(*points), marker="o" if name == "dev" else None, label=f"{name} loss")
-    results_file = Path(run_dir) / "model" / "results.json"
+    results_file = Path(run_dir) / "model" / RESULTS_FILE
     if results_file.is_file():
         results = json.loads(results_file.read_text())
         if "dev_loss" in results:

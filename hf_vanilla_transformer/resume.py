@@ -13,6 +13,7 @@ from transformers.utils import logging
 
 from .averaging import last_checkpoints
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .model_location import TRAINER_STATE_FILE
 from .presets import TrainingPreset
 
 RECIPE_FILE = "training_recipe.json"
@@ -25,7 +26,7 @@ def latest_complete_checkpoint(output_dir: Path) -> Path | None:
     folder without a readable one is what a kill during saving left: it is set aside, not resumed from."""
     for checkpoint in reversed(last_checkpoints(output_dir, k=None)):
         try:
-            json.loads((checkpoint / "trainer_state.json").read_text())
+            json.loads((checkpoint / TRAINER_STATE_FILE).read_text())
             return checkpoint
         except (OSError, ValueError):
             aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")

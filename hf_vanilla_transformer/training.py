@@ -50,7 +50,7 @@ from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
 from .evaluation import corpus_bleu
 from .generation_vanilla_transformer import paper_generation_config
-from .model_location import loading
+from .model_location import RESULTS_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .presets import TRAINING_PRESETS, TrainingPreset
 from .progress import DevLossCallback, TrainingClock, TrainingProgressBar
@@ -61,7 +61,6 @@ from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
 
 TOKENIZER_DIR = "tokenizer"
 FINAL_MODEL_DIR = "model"
-RESULTS_FILE = "results.json"
 # Data-loading worker processes per device when not given: enough to collate the next batches while the GPU
 # computes. On a CPU the workers would take cores from the computation itself.
 GPU_DATALOADER_WORKERS = 2

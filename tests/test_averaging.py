@@ -11,6 +11,7 @@ from transformers import MarianConfig, MarianMTModel
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
+from hf_vanilla_transformer.model_location import MODEL_DESCRIPTION_FILES
 
 MARIAN = dict(
     vocab_size=50,
@@ -206,8 +207,13 @@ def test_a_folder_holding_a_model_is_kept_unless_overwritten_and_then_holds_the_
         average_checkpoints(checkpoints, earlier)
     assert {path.name: path.read_bytes() for path in earlier.iterdir()} == before
 
+    # What described the earlier model (its run's BLEU, its step count) does not describe the average.
+    for name in MODEL_DESCRIPTION_FILES:
+        (earlier / name).write_text("{}")
+        (checkpoints[-1] / name).write_text("{}")
     average_checkpoints(checkpoints, earlier, overwrite=True)
     assert sorted(path.name for path in earlier.glob("*.safetensors*")) == ["model.safetensors"]
+    assert not [name for name in MODEL_DESCRIPTION_FILES if (earlier / name).exists()]
     loaded = MarianMTModel.from_pretrained(earlier).state_dict()
     for name, tensor in expected_mean(checkpoints).items():
         torch.testing.assert_close(loaded[name], tensor)

@@ -271,6 +271,47 @@ BAD_INPUTS = {
     "train: a negative seed": ("train", ["--output-dir", "out", "--seed", "-1"], "--seed"),
     "train: output a file": ("train", ["--output-dir", "SOURCE"], "is a file"),
     "chatbot: output a file": ("chatbot", ["train", "--output-dir", "SOURCE"], "is a file"),
+    "translate: output the input": (
+        "translate",
+        ["--model", "MODEL", "--input", "SOURCE", "--output", "SOURCE"],
+        "is also --input",
+    ),
+    "translate: input a folder": ("translate", ["--model", "MODEL", "--input", "FOLDER"], "is a folder"),
+    "train: a dev target without its source": (
+        "train",
+        ["--output-dir", "out", "--dev-target", "SOURCE"],
+        "give --dev SOURCE_FILE",
+    ),
+    "train: a test target with no test set": (
+        "train",
+        ["--output-dir", "out", "--test", "none", "--test-target", "SOURCE"],
+        "give --test SOURCE_FILE",
+    ),
+    "train: one language on both sides": (
+        "train",
+        ["--output-dir", "out", "--src-lang", "en", "--tgt-lang", "en"],
+        "both en",
+    ),
+    "train: a vocabulary size with a given tokenizer": (
+        "train",
+        ["--output-dir", "out", "--tokenizer", "MODEL", "--vocab-size", "100"],
+        "--vocab-size",
+    ),
+    "train: a vocabulary size when fine-tuning": (
+        "train",
+        ["--output-dir", "out", "--init-from", "MODEL", "--vocab-size", "100"],
+        "--init-from brings its own",
+    ),
+    "export: a shortlist size without a shortlist": (
+        "export",
+        ["--model", "MODEL", "--to", "ctranslate2", "--out", "EMPTY", "--shortlist-size", "50"],
+        "--shortlist-from",
+    ),
+    "chatbot: no pair fits the length": (
+        "chatbot",
+        ["train", "--output-dir", "EMPTY", "--max-length", "1"],
+        "raise max_length",
+    ),
 }
 
 
@@ -332,16 +373,17 @@ def test_train_evaluates_on_multi30k_only_when_training_on_it() -> None:
 
 def test_train_reads_override_values_as_numbers_booleans_null_or_words() -> None:
     items = ["N=4", "P_drop=0.3", "scale_embedding=false", "d_k=null", "position_embedding_type=learned"]
-    settings = parse_args(
-        ["--output-dir", "out", *[arg for item in items for arg in ("--model-override", item)]]
-    )
-    assert settings.model_overrides == {
+    expected = {
         "N": 4,
         "P_drop": 0.3,
         "scale_embedding": False,
         "d_k": None,
         "position_embedding_type": "learned",
     }
+    repeated = [arg for item in items for arg in ("--model-override", item)]
+    assert parse_args(["--output-dir", "out", *repeated]).model_overrides == expected
+    one_flag = ["--model-override", *items[:2], "--model-override", *items[2:]]
+    assert parse_args(["--output-dir", "out", *one_flag]).model_overrides == expected
 
 
 @pytest.mark.parametrize(

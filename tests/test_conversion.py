@@ -38,6 +38,7 @@ from hf_vanilla_transformer.conversion import (
     load_fairseq_checkpoint,
 )
 from hf_vanilla_transformer.hub import stage_repo
+from hf_vanilla_transformer.model_location import RESULTS_FILE
 from hf_vanilla_transformer.translation import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +100,19 @@ def test_marian_cli_round_trip(tmp_path):
     assert (actual - expected).abs().max().item() <= TOLERANCE
     kwargs = dict(attention_mask=src_mask, num_beams=4, max_new_tokens=12, do_sample=False)
     assert torch.equal(ours.generate(input_ids=src, **kwargs), marian.generate(input_ids=src, **kwargs))
+
+
+def test_a_forced_conversion_drops_what_described_the_earlier_model(tmp_path):
+    random_marian().save_pretrained(tmp_path / "marian")
+    earlier = tmp_path / "out"
+    earlier.mkdir()
+    results = earlier / RESULTS_FILE
+    results.write_text('{"bleu": 37.0}')
+    refused = run_script("--from", "marian", "--src", tmp_path / "marian", "--out", earlier)
+    assert refused.returncode == 2 and results.is_file()
+    forced = run_script("--from", "marian", "--src", tmp_path / "marian", "--out", earlier, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert (earlier / "config.json").is_file() and not results.exists()
 
 
 def save_tiny_marian_tokenizer(folder: Path, vocab_size: int = 96) -> None:

@@ -17,7 +17,13 @@ the PyTorch model's decoding.
 import argparse
 
 from ..cli import ArgumentParser, positive_int
-from ..export import CTRANSLATE2_QUANTIZATIONS, EXPORT_TARGETS, ExportError, export
+from ..export import (
+    CTRANSLATE2_QUANTIZATIONS,
+    DEFAULT_SHORTLIST_SIZE,
+    EXPORT_TARGETS,
+    ExportError,
+    export,
+)
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -39,7 +45,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "when translating",
     )
     shortlist.add_argument(
-        "--shortlist-size", type=positive_int, default=100, help="target tokens per source token"
+        "--shortlist-size",
+        type=positive_int,
+        help=f"target tokens per source token (default: {DEFAULT_SHORTLIST_SIZE})",
     )
     shortlist.add_argument("--src-lang", default="en", help="source file suffix for --shortlist-from")
     shortlist.add_argument("--tgt-lang", default="de", help="target file suffix for --shortlist-from")
@@ -51,6 +59,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     shortlist_from = None
     if args.shortlist_from is not None:
         shortlist_from = tuple(f"{args.shortlist_from}.{lang}" for lang in (args.src_lang, args.tgt_lang))
+    elif args.shortlist_size is not None:
+        parser.error("--shortlist-size sizes a shortlist: give --shortlist-from PREFIX to build one.")
     try:
         out = export(
             args.model,
@@ -59,7 +69,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             quantization=args.quantization,
             force=args.force,
             shortlist_from=shortlist_from,
-            shortlist_size=args.shortlist_size,
+            shortlist_size=args.shortlist_size or DEFAULT_SHORTLIST_SIZE,
         )
     except ExportError as error:
         parser.error(str(error))

@@ -169,11 +169,12 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     model.add_argument(
         "--model-override",
-        action="append",
+        action="extend",
+        nargs="+",
         default=[],
         metavar="KEY=VALUE",
         help="config field or paper symbol, e.g. N=4, d_model=256, P_drop=0.3, "
-        "position_embedding_type=learned; repeat for several",
+        "position_embedding_type=learned; several may follow one flag, or repeat the flag",
     )
     training = parser.add_argument_group("training (default: the preset's)")
     training.add_argument("--max-steps", type=positive_int, help="optimizer updates at most")
@@ -241,6 +242,29 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     return parser
 
 
+def _check_data_flags(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """One-line errors for data and vocabulary flags that the run would otherwise ignore or misread."""
+    for split in ("train", "dev", "test"):
+        source, target = getattr(args, split), getattr(args, f"{split}_target")
+        if target is not None and (source is None or source == DEFAULT_TRAIN or source.lower() == NONE):
+            parser.error(
+                f"--{split}-target names the target side of --{split}: give --{split} SOURCE_FILE too."
+            )
+    if args.src_lang == args.tgt_lang and args.train_target is None:
+        parser.error(
+            f"--src-lang and --tgt-lang are both {args.src_lang}: give the two languages of the pairs (for "
+            "a monolingual task, give --train and --train-target as two files)."
+        )
+    vocabulary_from = (
+        "--init-from" if args.init_from is not None else "--tokenizer" if args.tokenizer is not None else None
+    )
+    if args.vocab_size is not None and vocabulary_from is not None:
+        parser.error(
+            f"--vocab-size sizes a new vocabulary, but {vocabulary_from} brings its own: leave one of them "
+            "out."
+        )
+
+
 def training_settings(args: argparse.Namespace, parser: ArgumentParser) -> TrainingSettings:
     """The run that parsed `args` ask for, or a one-line error for settings no run could use."""
     if args.train == DEFAULT_TRAIN and not MULTI30K.is_dir():
@@ -261,6 +285,7 @@ def training_settings(args: argparse.Namespace, parser: ArgumentParser) -> Train
         parser.error(f"--model-override: {error}")
     if overrides and args.init_from is not None:
         parser.error("--model-override cannot change the model of --init-from; leave it out to fine-tune.")
+    _check_data_flags(args, parser)
     values = {key: value for key, value in vars(args).items() if key != "model_override"}
     values |= {split: evaluation_set(values[split], split, args.train) for split in DEFAULT_EVALUATION}
     return TrainingSettings(**values, model_overrides=overrides)

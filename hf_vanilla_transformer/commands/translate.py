@@ -96,6 +96,14 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error(f"--output {args.output} is a folder: give a file name for the translations.")
     if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
         parser.error(f"--output {args.output}: its folder does not exist; create it first.")
+    if (
+        STANDARD_STREAM not in (args.input, args.output)
+        and Path(args.output).resolve() == Path(args.input).resolve()
+    ):
+        parser.error(
+            f"--output {args.output} is also --input: the translations would replace the text; "
+            "give another file."
+        )
 
     engine = args.engine or detect_engine(args.model)
     if args.int8 and engine != "torch":

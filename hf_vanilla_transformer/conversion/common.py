@@ -5,9 +5,11 @@ key, and the logits check against the source implementation."""
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
+from ..model_location import remove_model_descriptions
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 
@@ -75,6 +77,13 @@ def load_converted_state(
         raise ConversionError(f"Cannot convert {source}: " + "; ".join(report))
     model.load_state_dict(state, strict=False)
     model.tie_weights()
+
+
+def save_converted_model(model: VanillaTransformerForConditionalGeneration, out: Path) -> None:
+    """`save_pretrained` into `out`, dropping what described an earlier model there (`results.json` and the
+    like): its figures are not the converted model's."""
+    model.save_pretrained(out)
+    remove_model_descriptions(out)
 
 
 @torch.no_grad()

@@ -25,7 +25,7 @@ from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..generation_vanilla_transformer import paper_generation_config
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation_pipeline import TARGET_TOKENIZER_DIR
-from .common import ConversionError, ConversionReport, load_converted_state
+from .common import ConversionError, ConversionReport, load_converted_state, save_converted_model
 
 FAIRSEQ_SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 # The BPE files fairseq's hub loader picks up next to a translation model.
@@ -541,7 +541,7 @@ def convert_fairseq_checkpoint(
     model = VanillaTransformerForConditionalGeneration(config)
     load_converted_state(model, state_dict_from_fairseq(state, config, report), source)
     model.generation_config = paper_generation_config(config)
-    model.save_pretrained(out)
+    save_converted_model(model, out)
 
     dtypes = sorted(
         {str(tensor.dtype).removeprefix("torch.") for tensor in state.values() if tensor.is_floating_point()}

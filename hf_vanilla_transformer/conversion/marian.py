@@ -17,7 +17,13 @@ from transformers.utils import is_sentencepiece_available
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .common import ConversionError, ConversionReport, load_converted_state, max_logits_difference
+from .common import (
+    ConversionError,
+    ConversionReport,
+    load_converted_state,
+    max_logits_difference,
+    save_converted_model,
+)
 
 # Marian's layer-level feed-forward names, and where this package keeps them (one FFN module, Eq. 2).
 _MARIAN_KEY_RENAMES = ((re.compile(r"\.(fc1|fc2)\."), r".ffn.\1."),)
@@ -133,7 +139,7 @@ def convert_marian_folder(src: str | Path, out: str | Path) -> ConversionReport:
         f"(tolerance {LOGITS_TOLERANCE})."
     )
     tokenizer = _marian_tokenizer(src, model.config)
-    model.save_pretrained(out)
+    save_converted_model(model, out)
     if tokenizer is None:
         report.notes.append(
             f"No Marian tokenizer files ({', '.join(MARIAN_TOKENIZER_FILES)}) in {src}: no tokenizer saved."

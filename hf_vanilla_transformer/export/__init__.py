@@ -44,7 +44,7 @@ from .ctranslate2_export import (
     vocabulary_tokens,
 )
 from .onnx_graphs import ONNX_DECODER_FILE, ONNX_ENCODER_FILE, OnnxDecoderGraph, OnnxEncoderGraph, export_onnx
-from .shortlist import VMAP_FILE, Shortlist, build_shortlist, read_lines
+from .shortlist import DEFAULT_SHORTLIST_SIZE, VMAP_FILE, Shortlist, build_shortlist, read_lines
 
 
 def export(
@@ -54,7 +54,7 @@ def export(
     quantization: str | None = None,
     force: bool = False,
     shortlist_from: tuple[str | Path, str | Path] | None = None,
-    shortlist_size: int = 100,
+    shortlist_size: int = DEFAULT_SHORTLIST_SIZE,
 ) -> Path:
     """Load a model folder or Hub id and export it `to` "ctranslate2" or "onnx" (see those exporters).
     `shortlist_from` (CTranslate2 only): line-aligned source and target files to `build_shortlist` from,
@@ -94,6 +94,7 @@ __all__ = [
     "ONNX_DECODER_FILE",
     "ONNX_ENCODER_FILE",
     "CTRANSLATE2_QUANTIZATIONS",
+    "DEFAULT_SHORTLIST_SIZE",
     "EXPORT_INFO_FILE",
     "EXPORT_TARGETS",
     "ExportError",

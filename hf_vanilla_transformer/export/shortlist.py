@@ -14,6 +14,8 @@ from .common import ExportError
 
 # CTranslate2's vocabulary mapping file, read when translating with use_vmap=True.
 VMAP_FILE = "vmap.txt"
+# Target tokens allowed per source token where the caller does not say.
+DEFAULT_SHORTLIST_SIZE = 100
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def build_shortlist(
     tokenizer: PreTrainedTokenizerBase,
     target_tokenizer: PreTrainedTokenizerBase | None = None,
     *,
-    size: int = 100,
+    size: int = DEFAULT_SHORTLIST_SIZE,
     frequent: int = 100,
     chunk: int = 10_000,
 ) -> Shortlist:
