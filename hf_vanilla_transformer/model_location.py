@@ -2,7 +2,8 @@
 
 transformers answers a mistyped path with a multi-line OSError about Hub repo ids or connections; here a
 location that cannot be one is refused in one line before transformers tries it, and what goes wrong while
-loading is reported in one line that names the location.
+loading is reported in one line that names the location. It also names the files beside a model that
+describe it (a run's figures, an export's engine), which another model written into the folder drops.
 """
 
 import json
