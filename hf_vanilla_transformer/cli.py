@@ -19,7 +19,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         help_text = action.help or ""
         default = action.default
         shown = not isinstance(default, bool) and default not in (None, [], argparse.SUPPRESS)
-        if shown and action.option_strings and "%(default)" not in help_text:
+        if shown and action.option_strings and "%(default)" not in help_text and "(default:" not in help_text:
             help_text += " (default: %(default)s)"
         return help_text
 

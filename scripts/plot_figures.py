@@ -47,7 +47,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--sentence",
         default="A group of people standing in front of an igloo.",
-        help="source sentence of the alignment figure (default: one from Multi30k's test_2016_flickr)",
+        help="source sentence of the alignment figure, one from Multi30k's test_2016_flickr by default",
     )
     parser.add_argument(
         "--run", type=Path, nargs="*", default=[], help="output folders of `vanilla-transformer train` runs"
