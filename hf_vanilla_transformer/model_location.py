@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from safetensors import SafetensorError
@@ -24,6 +25,12 @@ TRAINER_STATE_FILE = "trainer_state.json"
 # Files that describe one particular model, not part of it: another model written into the folder must not
 # inherit them (a model card would show the earlier model's BLEU, `translate` would take it for an export).
 MODEL_DESCRIPTION_FILES = (RESULTS_FILE, TRAINER_STATE_FILE, EXPORT_INFO_FILE)
+
+
+def read_export_info(folder: str | Path) -> dict[str, Any] | None:
+    """The `EXPORT_INFO_FILE` of an exported folder, or None for any other folder or Hub id."""
+    path = Path(folder) / EXPORT_INFO_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def remove_model_descriptions(folder: str | Path) -> None:
@@ -41,8 +48,9 @@ def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
     saved_by = "a folder written by save_pretrained"
     if path.is_file():
         raise ValueError(f"{name} is a file: give the folder that holds it ({saved_by}).")
-    if model and (path / EXPORT_INFO_FILE).is_file():
-        engine = json.loads((path / EXPORT_INFO_FILE).read_text(encoding="utf-8")).get("engine", "another")
+    export_info = read_export_info(path) if model else None
+    if export_info is not None:
+        engine = export_info.get("engine", "another")
         raise ValueError(
             f"{name} is an export for {engine}, not a PyTorch model folder: give the folder it was exported "
             f"from (`vanilla-transformer translate --engine {engine}` translates with the export itself)."

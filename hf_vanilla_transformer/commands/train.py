@@ -255,9 +255,8 @@ def _check_data_flags(args: argparse.Namespace, parser: ArgumentParser) -> None:
             f"--src-lang and --tgt-lang are both {args.src_lang}: give the two languages of the pairs (for "
             "a monolingual task, give --train and --train-target as two files)."
         )
-    vocabulary_from = (
-        "--init-from" if args.init_from is not None else "--tokenizer" if args.tokenizer is not None else None
-    )
+    given = {"--init-from": args.init_from, "--tokenizer": args.tokenizer}
+    vocabulary_from = next((flag for flag, value in given.items() if value is not None), None)
     if args.vocab_size is not None and vocabulary_from is not None:
         parser.error(
             f"--vocab-size sizes a new vocabulary, but {vocabulary_from} brings its own: leave one of them "

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..model_location import EXPORT_INFO_FILE, loading
+from ..model_location import EXPORT_INFO_FILE, loading, read_export_info
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation import load_tokenizers
 from ..translation_pipeline import TARGET_TOKENIZER_DIR
@@ -68,12 +68,6 @@ def load_for_export(name_or_path: str | Path) -> ExportSource:
             "`vanilla-transformer convert` first)."
         )
     return ExportSource(model.eval(), tokenizer, target_tokenizer, name)
-
-
-def read_export_info(folder: str | Path) -> dict[str, Any] | None:
-    """The `EXPORT_INFO_FILE` of an exported folder, or None for any other folder or Hub id."""
-    path = Path(folder) / EXPORT_INFO_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def _prepare_output(out: Path, source: ExportSource, force: bool) -> None:
