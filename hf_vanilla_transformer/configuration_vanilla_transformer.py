@@ -146,7 +146,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def _set_paper_symbols(self, kwargs: dict[str, Any]) -> None:
         """Take the paper's symbols out of the constructor's extra arguments and set the fields they stand
-        for (N sets both stacks' layers, and so on); a field given another value as well is a conflict."""
+        for (N sets both stacks' layers, and so on). A field set as well, to a value other than its default
+        and the symbol's, is a conflict; a field given its default cannot be told from one not given."""
         defaults = {field.name: field.default for field in dataclasses.fields(self)}
         for symbol, fields in PAPER_SYMBOLS.items():
             if symbol not in kwargs:
@@ -193,6 +194,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"Unknown setting(s) {unknown} for from_preset: use config fields (e.g. d_model, "
                 f"encoder_layers) or the paper's symbols {sorted(PAPER_SYMBOLS)}."
             )
+        for symbol, fields in PAPER_SYMBOLS.items():
+            for name in fields:
+                if symbol in overrides and name in overrides and overrides[name] != overrides[symbol]:
+                    given = f"{symbol}={overrides[symbol]!r} and {name}={overrides[name]!r}"
+                    raise ValueError(f"{given} disagree: give one of them.")
         for key, value in overrides.items():
             for field in PAPER_SYMBOLS.get(key, (key,)):
                 values[field] = value

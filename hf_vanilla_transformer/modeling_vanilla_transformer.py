@@ -69,18 +69,21 @@ def sinusoidal_position_encoding(
     `layout="marian"` puts the same sines in the first half and cosines in the second; `"fairseq"` does
     the same with fairseq's frequencies exp(-i ln(10000) / (d/2 - 1)). `offset` is the first position.
     """
-    positions = torch.arange(offset, offset + num_positions, dtype=torch.float64)[:, None]
+    return _sinusoids(torch.arange(offset, offset + num_positions, dtype=torch.float64), dim, layout)
+
+
+def _sinusoids(positions: torch.Tensor, dim: int, layout: str) -> torch.Tensor:
+    """`sinusoidal_position_encoding` of the float64 `positions`, on their device, as float32."""
     if layout == "fairseq":
         half = dim // 2
-        inverse_frequencies = torch.exp(
-            torch.arange(half, dtype=torch.float64) * -(math.log(10000) / (half - 1))
-        )
+        exponents = torch.arange(half, dtype=torch.float64, device=positions.device)
+        inverse_frequencies = torch.exp(exponents * -(math.log(10000) / (half - 1)))
     else:
-        two_i = torch.arange(0, dim, 2, dtype=torch.float64)
+        two_i = torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device)
         inverse_frequencies = 10000.0 ** (-two_i / dim)
-    angles = positions * inverse_frequencies
+    angles = positions[:, None] * inverse_frequencies
     if layout == "paper":
-        table = torch.empty(num_positions, dim, dtype=torch.float64)
+        table = torch.empty(len(positions), dim, dtype=torch.float64, device=positions.device)
         table[:, 0::2] = torch.sin(angles)
         table[:, 1::2] = torch.cos(angles)[:, : dim // 2]
     else:
@@ -111,20 +114,31 @@ class VanillaTransformerPositionalEncoding(nn.Module):
     def sinusoid_table(self, num_positions: int) -> torch.Tensor:
         return sinusoidal_position_encoding(num_positions, self.dim, self.layout, self.offset)
 
+    def check_length(self, num_positions: int) -> None:
+        """Refuse more positions than learned embeddings encode; the sinusoids extend to any length."""
+        if self.learned and num_positions > self.weight.shape[0]:
+            raise ValueError(
+                f"Position {num_positions - 1} is past the {self.weight.shape[0]} learned position "
+                "embeddings (max_position_embeddings). Truncate inputs, and a static cache's max_cache_len, "
+                "to that many tokens, or use position_embedding_type='sinusoidal', whose table extends."
+            )
+
     def forward(self, seq_length: int, cache_length: int | torch.Tensor = 0) -> torch.Tensor:
         """The encodings of positions cache_length, ..., cache_length + seq_length - 1. Lengths come from
-        shapes (a static cache gives a tensor), so no value is read back from the device."""
+        shapes; a static cache gives its length as a tensor, whose value is not read back from the device
+        (the decoder checks the cache's capacity against learned positions instead)."""
         table = self.weight
-        if isinstance(cache_length, int) and cache_length + seq_length > table.shape[0]:
-            if self.learned:
-                raise ValueError(
-                    f"Position {cache_length + seq_length - 1} is past the {table.shape[0]} learned position "
-                    "embeddings (max_position_embeddings). Truncate inputs to that many tokens, or use "
-                    "position_embedding_type='sinusoidal', which extends to any length."
-                )
-            # The sinusoids are defined for every position, so longer inputs stay exact.
-            table = self.sinusoid_table(cache_length + seq_length).to(device=table.device, dtype=table.dtype)
         position_ids = torch.arange(seq_length, device=table.device) + cache_length
+        if isinstance(cache_length, int):
+            self.check_length(cache_length + seq_length)
+            if cache_length + seq_length > table.shape[0]:
+                # The sinusoids are defined for every position, so longer inputs stay exact.
+                table = self.sinusoid_table(cache_length + seq_length).to(
+                    device=table.device, dtype=table.dtype
+                )
+        elif not self.learned:
+            # Positions known only on the device may lie past the table: computed from the same formula.
+            return _sinusoids(position_ids.double() + self.offset, self.dim, self.layout).to(table.dtype)
         return nn.functional.embedding(position_ids, table)
 
 
@@ -412,7 +426,13 @@ class _VanillaTransformerStack(VanillaTransformerPreTrainedModel):
     def add_positions(
         self, inputs_embeds: torch.Tensor, cache_length: int | torch.Tensor = 0
     ) -> torch.Tensor:
-        """The scaled embeddings plus the encodings of their positions, after dropout."""
+        """The scaled embeddings plus the encodings of their positions, after dropout. An empty batch, or
+        sequences of no tokens, are refused here: attention cannot reshape zero elements."""
+        if inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
+            raise ValueError(
+                f"Empty input of shape {tuple(inputs_embeds.shape[:2])} (batch, tokens): pass at least one "
+                "sequence of at least one token."
+            )
         positions = self.embed_positions(inputs_embeds.shape[1], cache_length)
         return self.dropout(inputs_embeds + positions.to(inputs_embeds.device))
 
@@ -491,6 +511,8 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
             cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
         batch_size, seq_length = inputs_embeds.shape[:2]
         cache_length = cache.get_seq_length() if cache is not None else 0
+        if isinstance(cache_length, torch.Tensor):
+            self.embed_positions.check_length(cache.get_max_length())
 
         if attention_mask is None and not is_torchdynamo_compiling():
             attention_mask = torch.ones(batch_size, cache_length + seq_length, device=inputs_embeds.device)
@@ -574,8 +596,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
+            # return_dict=True in the inner calls: a config with return_dict=False asks for a tuple from
+            # the outermost call only, which can_return_tuple makes from this output.
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                return_dict=True,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(
@@ -591,6 +619,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,
             **kwargs,
         )
         return Seq2SeqModelOutput(
@@ -709,6 +738,7 @@ class VanillaTransformerForConditionalGeneration(
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            return_dict=True,
             **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
@@ -785,7 +815,9 @@ class VanillaTransformerForConditionalGeneration(
         decoder.embed_tokens = self._get_resized_embeddings(
             decoder.embed_tokens, new_num_tokens, mean_resizing=mean_resizing
         )
-        if not self.config.tie_word_embeddings:
+        if self.config.tie_word_embeddings:
+            self.lm_head.out_features = new_num_tokens  # its weight becomes the embeddings' in tie_weights
+        else:
             resized = self._get_resized_lm_head(self.lm_head, new_num_tokens, mean_resizing=mean_resizing)
             self.lm_head = CPULinear(resized.in_features, resized.out_features, bias=False)
             self.lm_head.weight = resized.weight

@@ -113,6 +113,14 @@ def test_the_constructor_takes_the_paper_symbols_as_from_preset_does():
         VanillaTransformerConfig(N=2, encoder_layers=3)
 
 
+def test_from_preset_refuses_a_symbol_and_its_field_that_disagree_in_either_order():
+    for overrides in ({"N": 4, "encoder_layers": 2}, {"encoder_layers": 2, "N": 4}):
+        with pytest.raises(ValueError, match="N=4 and encoder_layers=2 disagree"):
+            VanillaTransformerConfig.from_preset("base", **overrides)
+    agreeing = VanillaTransformerConfig.from_preset("base", P_drop=0.3, dropout=0.3)
+    assert agreeing.dropout == 0.3
+
+
 def test_a_config_changed_after_it_was_made_is_checked_again_by_the_model():
     config = tiny_config()
     config.encoder_attention_heads = 3

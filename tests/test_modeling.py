@@ -66,6 +66,47 @@ def test_learned_positions_past_the_table_raise():
         model(input_ids=src, decoder_input_ids=tgt)
 
 
+def test_a_static_cache_decodes_past_the_table_as_a_dynamic_one_does():
+    model = tiny_model(max_position_embeddings=8)
+    src, _ = random_batch(batch=2, src_len=5)
+    kwargs = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    dynamic = model.generate(input_ids=src, **kwargs)
+    static = model.generate(input_ids=src, cache_implementation="static", **kwargs)
+    assert dynamic.shape[1] == 13
+    assert torch.equal(dynamic, static)
+
+
+def test_a_static_cache_longer_than_learned_positions_is_refused():
+    model = tiny_model(position_embedding_type="learned", max_position_embeddings=8)
+    src, _ = random_batch(batch=1, src_len=5)
+    with pytest.raises(ValueError, match="learned position embeddings.*static cache's max_cache_len"):
+        model.generate(input_ids=src, max_new_tokens=12, do_sample=False, cache_implementation="static")
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (2, 0)])
+def test_empty_input_is_refused_in_one_line(shape):
+    with pytest.raises(ValueError, match=r"Empty input of shape .* pass at least one sequence"):
+        tiny_model()(input_ids=torch.full(shape, 5), decoder_input_ids=torch.zeros(1, 1, dtype=torch.long))
+
+
+def test_a_config_asking_for_tuples_gets_tuples_of_the_same_outputs():
+    model = tiny_model()
+    src, tgt = random_batch()
+    with torch.no_grad():
+        logits = model(input_ids=src, decoder_input_ids=tgt).logits
+        decoder_states = model.model(input_ids=src, decoder_input_ids=tgt).last_hidden_state
+        greedy = model.generate(input_ids=src, max_new_tokens=5, do_sample=False)
+        model.config.return_dict = False
+        as_tuple = model(input_ids=src, decoder_input_ids=tgt)
+        bare = model.model(input_ids=src, decoder_input_ids=tgt)
+        explicit = model(input_ids=src, decoder_input_ids=tgt, return_dict=True)
+    assert isinstance(as_tuple, tuple) and isinstance(bare, tuple)
+    torch.testing.assert_close(as_tuple[0], logits, rtol=0, atol=0)
+    torch.testing.assert_close(bare[0], decoder_states, rtol=0, atol=0)
+    torch.testing.assert_close(explicit.logits, logits, rtol=0, atol=0)
+    assert torch.equal(model.generate(input_ids=src, max_new_tokens=5, do_sample=False), greedy)
+
+
 def test_sinusoids_survive_from_pretrained(tmp_path):
     model = tiny_model()
     model.save_pretrained(tmp_path)

@@ -39,6 +39,7 @@ def test_separate_vocabularies_resize_each_side_on_its_own(tmp_path, tied):
     model.resize_decoder_token_embeddings(52)
     assert (model.config.vocab_size, model.config.decoder_vocab_size) == (70, 52)
     assert model.model.decoder.embed_tokens.weight.shape[0] == model.lm_head.weight.shape[0] == 52
+    assert model.lm_head.out_features == 52
     assert model.final_logits_bias.shape[1] == 52
     assert (model.lm_head.weight is model.model.decoder.embed_tokens.weight) == tied
     src, tgt = torch.tensor([[5, 69, 2]]), torch.tensor([[0, 51]])
