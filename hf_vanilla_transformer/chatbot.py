@@ -150,7 +150,8 @@ def postprocess_answer(text: str) -> str:
 def load_chatbot_pairs(
     path: str | Path = DEFAULT_DATA, limit: int | None = None
 ) -> tuple[list[str], list[str]]:
-    """Read the Q and A columns of ChatbotData.csv (CRLF line endings, header Q,A,label), preprocessed."""
+    """Read the Q and A columns of ChatbotData.csv (CRLF line endings, header Q,A,label), preprocessed. A
+    row whose Q or A is missing or empty is refused with its line number."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -161,21 +162,54 @@ def load_chatbot_pairs(
     # newline="" lets the csv module handle the CRLF line endings (and any newline inside a quoted field).
     with path.open(encoding="utf-8", newline="") as handle:
         try:
-            reader = csv.DictReader(handle)
-            if reader.fieldnames is None or not {"Q", "A"} <= set(reader.fieldnames):
-                raise ValueError(f"{path} must have a header with columns Q and A, got {reader.fieldnames}.")
+            # csv.reader rather than DictReader: it yields blank lines too, so a row's first line is known.
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None or not {"Q", "A"} <= set(header):
+                raise ValueError(f"{path} must have a header with columns Q and A, got {header}.")
+            columns = {"Q": header.index("Q"), "A": header.index("A")}
+            first_line = reader.line_num + 1
             for row in reader:
                 if limit is not None and len(questions) >= limit:
                     break
-                question, answer = preprocess_sentence(row["Q"]), preprocess_sentence(row["A"])
-                if question and answer:
+                if row:  # a blank line holds no row
+                    question, answer = _corpus_pair(row, columns, path, first_line, reader.line_num)
                     questions.append(question)
                     answers.append(answer)
+                first_line = reader.line_num + 1
         except UnicodeDecodeError:
             raise ValueError(f"{path} is not UTF-8 text: re-encode it, e.g. iconv -t utf-8.") from None
+        except csv.Error as error:
+            # Mostly "field larger than field limit": a quote left open runs on through the rest of the file.
+            raise ValueError(
+                f"{path} line {first_line} cannot be read as CSV ({error}): is a quote left open?"
+            ) from None
     if not questions:
         raise ValueError(f"{path} holds no question-answer pairs.")
     return questions, answers
+
+
+def _corpus_pair(
+    row: list[str], columns: dict[str, int], path: Path, first_line: int, last_line: int
+) -> tuple[str, str]:
+    """The preprocessed Q and A of a corpus row that starts at `first_line` and ends at `last_line`
+    (`columns`: where each is in the row). A missing or empty one is refused: a pair without its question
+    or its answer cannot be trained on, and leaving it out unsaid would train on less than the file holds."""
+    texts = []
+    for name, column in columns.items():
+        text = preprocess_sentence(row[column]) if column < len(row) else None
+        if not text:
+            problem = f"no {name} field" if text is None else f"an empty {name} field"
+            # A quote left open makes one field of everything up to the next quote, often the end of the file.
+            runs_on = (
+                f" (it runs on to line {last_line}: is a quote left open?)" if last_line > first_line else ""
+            )
+            raise ValueError(
+                f"{path} line {first_line} has {problem}{runs_on}: every row needs a Q and an A."
+            )
+        texts.append(text)
+    question, answer = texts
+    return question, answer
 
 
 def chatbot_generation_config(
@@ -428,11 +462,13 @@ def load_chatbot(
 
 
 def _read_record(path: str | Path) -> dict[str, Any]:
+    """What `SETTINGS_FILE` records of the run in `path`. Evaluating and chatting both go through here, so
+    that a folder that is no chatbot run's (a translation model, a checkpoint) is refused alike."""
     recorded = Path(path) / SETTINGS_FILE
     if not recorded.is_file():
         raise FileNotFoundError(
-            f"{path} has no {SETTINGS_FILE}: its held-out pairs are known only for a folder that "
-            "`vanilla-transformer chatbot train` wrote."
+            f"{path} has no {SETTINGS_FILE}: give a folder that `vanilla-transformer chatbot train` wrote "
+            "(its checkpoint-* subfolders have none)."
         )
     return json.loads(recorded.read_text(encoding="utf-8"))
 

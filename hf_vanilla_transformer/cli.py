@@ -4,6 +4,7 @@ could use, and how a text file of segments is read."""
 
 import argparse
 import math
+import os
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,11 +56,18 @@ def refusals_in_one_line(parser: ArgumentParser) -> Iterator[None]:
         parser.error(str(error))
 
 
+def may_write(path: Path) -> bool:
+    """Whether this process may write the file `path`: the file itself if it exists, else its folder."""
+    return os.access(path if path.exists() else path.resolve().parent, os.W_OK)
+
+
 def _segments(data: bytes, name: str) -> list[str]:
     """UTF-8 `data` split into segments, one a line. Only "\n" ends a line: splitlines() would also split at
-    U+2028 and U+0085, which occur inside WMT sentences. The final newline does not start another segment."""
+    U+2028 and U+0085, which occur inside WMT sentences. The final newline does not start another segment.
+    A byte-order mark (which Windows editors write) is not text: kept, it would be part of the first
+    segment, and the first sentence would score as wrong."""
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ValueError(
             f"{name} is not UTF-8 text (byte {error.start}): re-encode it, e.g. iconv -f latin1 -t utf-8."

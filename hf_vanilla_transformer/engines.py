@@ -105,6 +105,15 @@ def export_info(name_or_path: str | Path, engine: str) -> dict[str, Any]:
     return info
 
 
+def _damaged_export(folder: Path, error: Exception) -> ValueError:
+    """The one-line error for an export whose engine cannot read its files."""
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ValueError(
+        f"Cannot load the export in {folder} ({reason}): a file is missing or damaged; export the model "
+        "again (vanilla-transformer export)."
+    )
+
+
 def _check_source_lengths(lengths: list[int], positions: int) -> None:
     longest = max(lengths, default=0)
     if longest > positions:
@@ -231,9 +240,12 @@ class CTranslate2Seq2SeqLM:
                 "or leave use_vmap unset."
             )
         self.use_vmap = has_vmap if use_vmap is None else use_vmap
-        self.translator = ctranslate2.Translator(
-            str(folder), device=device, compute_type=compute_type, intra_threads=threads
-        )
+        try:
+            self.translator = ctranslate2.Translator(
+                str(folder), device=device, compute_type=compute_type, intra_threads=threads
+            )
+        except RuntimeError as error:
+            raise _damaged_export(folder, error) from error
         self.generation_config = GenerationConfig.from_pretrained(folder)
         vocabularies = {
             name: json.loads((folder / f"{name}_vocabulary.json").read_text(encoding="utf-8"))
@@ -345,9 +357,14 @@ class OnnxSeq2SeqLM(PaperDecodingMixin, PreTrainedModel, GenerationMixin):
         options.intra_op_num_threads = threads
 
         def session(name: str) -> Any:
-            return onnxruntime.InferenceSession(
-                str(folder / name), options, providers=["CPUExecutionProvider"]
-            )
+            try:
+                return onnxruntime.InferenceSession(
+                    str(folder / name), options, providers=["CPUExecutionProvider"]
+                )
+            except (
+                Exception
+            ) as error:  # onnxruntime's own errors (Fail, NoSuchFile, ...) derive from Exception
+                raise _damaged_export(folder, error) from error
 
         self.positions = positions
         self.encoder = _OnnxEncoder(session(ONNX_ENCODER_FILE), self.positions)

@@ -27,10 +27,36 @@ TRAINER_STATE_FILE = "trainer_state.json"
 MODEL_DESCRIPTION_FILES = (RESULTS_FILE, TRAINER_STATE_FILE, EXPORT_INFO_FILE)
 
 
+# Written by `save_pretrained` beside config.json: the decoding settings (beam size, length penalty, ...).
+GENERATION_CONFIG_FILE = "generation_config.json"
+
+
+def _read_json_object(path: Path, fix: str) -> dict[str, Any]:
+    """The JSON object in `path`; a one-line ValueError that says where it is damaged, and `fix`, if the
+    file holds anything else."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        where = (
+            f", line {error.lineno} column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
+        )
+        raise ValueError(f"{path} is not valid JSON ({type(error).__name__}{where}): {fix}.") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} holds a {type(value).__name__}, not a JSON object: {fix}.")
+    return value
+
+
 def read_export_info(folder: str | Path) -> dict[str, Any] | None:
-    """The `EXPORT_INFO_FILE` of an exported folder, or None for any other folder or Hub id."""
+    """The `EXPORT_INFO_FILE` of an exported folder, or None for any other folder or Hub id; a damaged
+    file, or one that names no engine, is a one-line ValueError."""
     path = Path(folder) / EXPORT_INFO_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    fix = "export the model again (vanilla-transformer export)"
+    info = _read_json_object(path, fix)
+    if not isinstance(info.get("engine"), str):
+        raise ValueError(f"{path} names no engine: {fix}.")
+    return info
 
 
 def remove_model_descriptions(folder: str | Path) -> None:
@@ -41,8 +67,8 @@ def remove_model_descriptions(folder: str | Path) -> None:
 
 def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
     """Raise a one-line ValueError for a location that cannot hold a model (`model`) or a tokenizer: a
-    missing path that is no valid Hub id, a file, or (for a model) a folder without config.json or one
-    that `export` wrote for another engine."""
+    missing path that is no valid Hub id, a file, or (for a model) a folder without config.json, one
+    that `export` wrote for another engine, or one whose decoding settings are damaged."""
     name = str(name_or_path)
     path = Path(name)
     saved_by = "a folder written by save_pretrained"
@@ -50,7 +76,7 @@ def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
         raise ValueError(f"{name} is a file: give the folder that holds it ({saved_by}).")
     export_info = read_export_info(path) if model else None
     if export_info is not None:
-        engine = export_info.get("engine", "another")
+        engine = export_info["engine"]
         raise ValueError(
             f"{name} is an export for {engine}, not a PyTorch model folder: give the folder it was exported "
             f"from (`vanilla-transformer translate --engine {engine}` translates with the export itself)."
@@ -60,6 +86,11 @@ def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
             inner = path / "model" if (path / "model" / "config.json").is_file() else None
             hint = f"; {inner} is one" if inner else ""
             raise ValueError(f"{name} has no config.json: give {saved_by}{hint}.")
+        if model and (path / GENERATION_CONFIG_FILE).is_file():
+            # transformers warns about a damaged one and decodes greedily up to 20 tokens instead.
+            _read_json_object(
+                path / GENERATION_CONFIG_FILE, "fix it, or delete it to decode with the model's defaults"
+            )
         return
     try:
         validate_repo_id(name)

@@ -3,6 +3,7 @@
 set: its score would no longer measure unseen data."""
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,9 @@ from typing import Any, Protocol
 from transformers import GenerationConfig
 
 from .evaluation import BleuResult, corpus_bleu
+from .model_location import GENERATION_CONFIG_FILE
 
 DEFAULT_LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.5)
-GENERATION_CONFIG_FILE = "generation_config.json"
 
 
 class SentenceTranslator(Protocol):
@@ -78,6 +79,7 @@ def generation_config_file(model_dir: str | Path) -> Path:
 
     Raises:
         FileNotFoundError: `model_dir` is not a local folder with a generation config.
+        ValueError: this process may not write that file.
     """
     path = Path(model_dir) / GENERATION_CONFIG_FILE
     if not path.is_file():
@@ -85,6 +87,8 @@ def generation_config_file(model_dir: str | Path) -> Path:
             f"{model_dir} is not a local model folder with a {GENERATION_CONFIG_FILE}: download the model "
             "first, or leave out --save."
         )
+    if not os.access(path, os.W_OK):
+        raise ValueError(f"{path}: permission denied; make it writable, or leave out --save.")
     return path
 
 

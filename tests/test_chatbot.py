@@ -291,3 +291,45 @@ def test_a_corpus_that_is_not_utf8_is_refused_in_one_line_and_leaves_no_settings
     assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{corpus} is not UTF-8 text" in err
     assert not (output / SETTINGS_FILE).exists()
+
+
+# A quote left open makes one field of the rest of the file; past csv's field size limit (131,072
+# characters) the csv module itself refuses the row.
+LONG_REST = "뭐해?,쉬어요.,0\r\n" * 20_000
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "problem"),
+    [
+        ("질문만 있어\r\n", "line 3 has no A field: every row needs a Q and an A."),
+        ('"unterminated,x\r\n', "line 3 has no A field (it runs on to line 4: is a quote left open?)"),
+        ('"unterminated,x\r\n' + LONG_REST, "line 3 cannot be read as CSV (field larger than field limit"),
+        (",대답만 있어\r\n", "line 3 has an empty Q field: every row needs a Q and an A."),
+        ("질문,   \r\n", "line 3 has an empty A field: every row needs a Q and an A."),
+    ],
+    ids=["no A", "open quote", "open quote in a long file", "empty Q", "blank A"],
+)
+def test_a_row_without_its_question_or_answer_is_refused_in_one_line_naming_it(
+    tmp_path, capsys, bad_row: str, problem: str
+):
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_text(
+        f"Q,A,label\r\n12시 땡!,하루가 또 가네요.,0\r\n{bad_row}뭐해?,쉬어요.,0\r\n", encoding="utf-8"
+    )
+    output = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:
+        _load_script("chatbot").main(["train", "--data", str(corpus), "--output-dir", str(output)])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{corpus} {problem}" in err
+    assert not (output / SETTINGS_FILE).exists()
+
+
+@pytest.mark.parametrize("question", ["", "   "], ids=["empty", "spaces"])
+def test_cli_refuses_an_empty_question_in_one_line(trained, capsys, question: str):
+    with pytest.raises(SystemExit) as exited:
+        _load_script("chatbot").main(["chat", "--model", str(trained.output_dir), "--ask", question])
+    captured = capsys.readouterr()
+    assert exited.value.code == 2 and captured.out == "", captured.out
+    assert len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.err.strip().endswith("--ask is empty: give a question.")

@@ -312,6 +312,21 @@ BAD_INPUTS = {
         ["train", "--output-dir", "EMPTY", "--max-length", "1"],
         "raise max_length",
     ),
+    "chatbot: chat with a model that is no chatbot": (
+        "chatbot",
+        ["chat", "--model", "MODEL"],
+        "has no chatbot_settings.json",
+    ),
+    "translate: damaged decoding settings": (
+        "translate",
+        ["--model", "BAD_GENERATION_CONFIG", "--input", "SOURCE"],
+        "generation_config.json is not valid JSON (JSONDecodeError, line 1 column 2): fix it",
+    ),
+    "tune: a dev set of blank lines": (
+        "tune",
+        ["--model", "MODEL", "--source", "BLANK_FILE", "--reference", "BLANK_FILE"],
+        "holds no text",
+    ),
 }
 
 
@@ -334,6 +349,11 @@ def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp
     export_info = json.dumps({"engine": "ctranslate2"})
     (tmp_path / "export" / EXPORT_INFO_FILE).write_text(export_info, encoding="utf-8")
     replacements |= {"CORRUPT": str(tmp_path / "corrupt"), "EXPORT": str(tmp_path / "export")}
+    shutil.copytree(model_dir, tmp_path / "bad_generation_config")
+    (tmp_path / "bad_generation_config" / "generation_config.json").write_text("{bad", encoding="utf-8")
+    (tmp_path / "blank.en").write_text("\n \n\n", encoding="utf-8")
+    replacements["BAD_GENERATION_CONFIG"] = str(tmp_path / "bad_generation_config")
+    replacements["BLANK_FILE"] = str(tmp_path / "blank.en")
     result = run_script(name, *[replacements.get(arg, arg) for arg in args])
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr

@@ -206,3 +206,12 @@ def test_cli_reports_mismatched_files(files, tmp_path, capsys):
         _run_cli(["--hypotheses", str(hypotheses), "--references", str(short)])
     assert exit_info.value.code == 2
     assert "1000 hypotheses but 1 references" in capsys.readouterr().err
+
+
+def test_cli_reads_past_a_byte_order_mark(files, tmp_path, capsys):
+    """Windows editors start UTF-8 files with a byte-order mark; it is not part of the first sentence."""
+    _, references = files
+    with_mark = tmp_path / "bom.de"
+    with_mark.write_bytes(b"\xef\xbb\xbf" + references.read_bytes())
+    _run_cli(["--hypotheses", str(with_mark), "--references", str(references), "--json"])
+    assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100.0)

@@ -8,6 +8,7 @@ model's do. Random weights repeat one token until the length limit, which hides 
 
 import importlib.util
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from hf_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     paper_generation_config,
 )
+from hf_vanilla_transformer.commands import translate as translate_command
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
 from hf_vanilla_transformer.engines import (
     CTranslate2Options,
@@ -34,6 +36,8 @@ from hf_vanilla_transformer.engines import (
 )
 from hf_vanilla_transformer.export import (
     EXPORT_INFO_FILE,
+    ONNX_DECODER_FILE,
+    ONNX_ENCODER_FILE,
     VMAP_FILE,
     ExportError,
     ExportSource,
@@ -681,3 +685,71 @@ def test_translate_script_decodes_an_exported_folder_as_the_model(tmp_path, caps
             ["--model", str(tmp_path / "ct2"), "--int8", "--input", str(tmp_path / "source.txt")]
         )
     assert exit_info.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def _translate_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The one line `vanilla-transformer translate ARGV` refuses with (exit status 2), after the progress
+    bar where the refusal comes from the first batch."""
+    with pytest.raises(SystemExit) as exit_info:
+        translate_command.main(list(argv))
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error, error
+    last_line = error.strip().splitlines()[-1].split("\r")[-1]
+    assert ": error: " in last_line, error
+    return last_line
+
+
+@needs_ctranslate2
+@needs_onnx
+@pytest.mark.slow
+def test_an_input_longer_than_an_exports_positions_is_refused_in_one_line(exported, tmp_path, capsys):
+    (tmp_path / "long.en").write_text(" ".join(["w1"] * 70) + "\n", encoding="utf-8")
+    for target in ("ctranslate2", "onnx"):
+        folder = str(exported("marian", target))
+        error = _translate_error(capsys, "--model", folder, "--input", str(tmp_path / "long.en"))
+        assert "longer than the 64 positions of this export" in error
+
+
+@needs_ctranslate2
+@needs_onnx
+@pytest.mark.parametrize(
+    ("target", "damaged_file", "damage"),
+    [
+        ("ctranslate2", "model.bin", "delete"),
+        ("ctranslate2", "model.bin", "truncate"),
+        ("onnx", ONNX_DECODER_FILE, "delete"),
+        ("onnx", ONNX_ENCODER_FILE, "truncate"),
+    ],
+)
+def test_an_export_with_a_missing_or_damaged_file_is_refused_in_one_line(
+    exported, tmp_path, capsys, target, damaged_file, damage
+):
+    folder = tmp_path / "export"
+    shutil.copytree(exported("paper", target), folder)
+    if damage == "delete":
+        (folder / damaged_file).unlink()
+    else:
+        (folder / damaged_file).write_bytes((folder / damaged_file).read_bytes()[:1000])
+    with pytest.raises(ValueError, match=f"Cannot load the export in {folder} .*export the model again"):
+        load_translator(folder)
+    (tmp_path / "src.en").write_text("w1 w2\n", encoding="utf-8")
+    error = _translate_error(capsys, "--model", str(folder), "--input", str(tmp_path / "src.en"))
+    assert "a file is missing or damaged" in error
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{bad", "is not valid JSON (JSONDecodeError, line 1 column 2)"),
+        ("{}", "names no engine"),
+        ("[]", "holds a list"),
+    ],
+)
+def test_a_damaged_export_info_file_is_refused_in_one_line(tmp_path, capsys, content, problem):
+    (tmp_path / EXPORT_INFO_FILE).write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        detect_engine(tmp_path)
+    (tmp_path / "src.en").write_text("w1 w2\n", encoding="utf-8")
+    error = _translate_error(capsys, "--model", str(tmp_path), "--input", str(tmp_path / "src.en"))
+    assert problem in error and "export the model again" in error

@@ -24,6 +24,7 @@ from ..chatbot import (
     chat_session,
     evaluate_held_out,
     load_chatbot,
+    read_chatbot_settings,
     train_chatbot,
 )
 from ..cli import (
@@ -94,6 +95,9 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _chat(args: argparse.Namespace) -> None:
+    # Any seq2seq folder of this package loads, but only a chatbot run's answers questions: refused here
+    # by the same check as `evaluate`.
+    read_chatbot_settings(args.model)
     model, tokenizer = load_chatbot(args.model)
     if args.ask is not None:
         print(answer(model, tokenizer, args.ask, num_beams=args.beams))
@@ -146,6 +150,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error(
             f"--model {args.model}: no such folder; train one with `vanilla-transformer chatbot train` first."
         )
+    # An empty question is preprocessed to nothing, and the model would answer noise.
+    if args.command == "chat" and args.ask is not None and not args.ask.strip():
+        parser.error("--ask is empty: give a question.")
     if args.command in ("train", "evaluate") and args.data is not None and not args.data.is_file():
         parser.error(f"--data {args.data}: no such file; give a CSV with columns Q and A.")
     with refusals_in_one_line(parser):

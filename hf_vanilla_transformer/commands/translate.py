@@ -17,7 +17,15 @@ from typing import TextIO
 
 import torch
 
-from ..cli import ArgumentParser, finite_float, input_lines, non_negative_int, positive_int
+from ..cli import (
+    ArgumentParser,
+    finite_float,
+    input_lines,
+    may_write,
+    non_negative_int,
+    positive_int,
+    refusals_in_one_line,
+)
 from ..engines import ENGINES, detect_engine, load_translator
 from ..translation import quantize_int8, resolve_device
 
@@ -96,6 +104,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error(f"--output {args.output} is a folder: give a file name for the translations.")
     if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
         parser.error(f"--output {args.output}: its folder does not exist; create it first.")
+    if args.output != STANDARD_STREAM and not may_write(Path(args.output)):
+        # Checked before the translation, which may take hours, not when its result is written.
+        parser.error(f"--output {args.output}: permission denied; give a file this user may write.")
     if (
         STANDARD_STREAM not in (args.input, args.output)
         and Path(args.output).resolve() == Path(args.input).resolve()
@@ -105,7 +116,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             "give another file."
         )
 
-    engine = args.engine or detect_engine(args.model)
+    with refusals_in_one_line(parser):  # a damaged export info file
+        engine = args.engine or detect_engine(args.model)
     if args.int8 and engine != "torch":
         parser.error("--int8 quantizes the PyTorch model; export with --quantization int8 for CTranslate2.")
     device = _device(args, engine, parser)
@@ -128,9 +140,10 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         "max_length_offset": args.max_length_offset,
     }
     overrides = {key: value for key, value in overrides.items() if value is not None}
-    hypotheses = translator.translate(
-        lines, batch_size=args.batch_size, progress=args.input != STANDARD_STREAM, **overrides
-    )
+    with refusals_in_one_line(parser):  # an input longer than an export's positions, say
+        hypotheses = translator.translate(
+            lines, batch_size=args.batch_size, progress=args.input != STANDARD_STREAM, **overrides
+        )
     with _open(args.output, "w", sys.stdout) as target:
         target.writelines(h + "\n" for h in hypotheses)
 

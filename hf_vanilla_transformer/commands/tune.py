@@ -51,8 +51,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         ("--source", sources, args.source),
         ("--reference", references, args.reference),
     ):
-        if not lines:
-            parser.error(f"{flag} {path} is empty: give the dev set, one sentence a line.")
+        if not any(line.strip() for line in lines):
+            parser.error(f"{flag} {path} holds no text: give the dev set, one sentence a line.")
     with refusals_in_one_line(parser):
         if args.save:  # before the search, which takes minutes
             generation_config_file(args.model)

@@ -86,7 +86,13 @@ def _prepare_output(out: Path, source: ExportSource, force: bool) -> None:
             raise ExportError(
                 f"--out {out} exists and is not empty: give a new folder, or --force to replace it."
             )
-        if read_export_info(out) is None:
+        try:
+            earlier_export = read_export_info(out)
+        except ValueError:
+            raise ExportError(
+                f"--out {out} holds a damaged export: delete the folder yourself, or give a new one."
+            ) from None
+        if earlier_export is None:
             raise ExportError(
                 f"--out {out} holds files that no export wrote (a model, checkpoints, ...): --force replaces "
                 "only an earlier export. Give a new folder."
