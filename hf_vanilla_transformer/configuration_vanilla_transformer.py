@@ -179,7 +179,9 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
         Paper symbols set both stacks: `N=4` sets encoder_layers and decoder_layers, likewise `h`,
         `d_ff`; `P_drop` sets dropout and `eps_ls` label_smoothing. `d_k`, `d_v`, `d_model`,
-        `position_embedding_type` are fields already.
+        `position_embedding_type` are fields already. Overrides apply in the order given, so a field
+        after its symbol refines it (`N=2, decoder_layers=3`), as a training preset's overrides are
+        refined by the user's.
 
         >>> VanillaTransformerConfig.from_preset("big", vocab_size=32000, N=4).encoder_layers
         4
@@ -194,11 +196,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"Unknown setting(s) {unknown} for from_preset: use config fields (e.g. d_model, "
                 f"encoder_layers) or the paper's symbols {sorted(PAPER_SYMBOLS)}."
             )
-        for symbol, fields in PAPER_SYMBOLS.items():
-            for name in fields:
-                if symbol in overrides and name in overrides and overrides[name] != overrides[symbol]:
-                    given = f"{symbol}={overrides[symbol]!r} and {name}={overrides[name]!r}"
-                    raise ValueError(f"{given} disagree: give one of them.")
         for key, value in overrides.items():
             for field in PAPER_SYMBOLS.get(key, (key,)):
                 values[field] = value

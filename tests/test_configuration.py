@@ -113,12 +113,11 @@ def test_the_constructor_takes_the_paper_symbols_as_from_preset_does():
         VanillaTransformerConfig(N=2, encoder_layers=3)
 
 
-def test_from_preset_refuses_a_symbol_and_its_field_that_disagree_in_either_order():
-    for overrides in ({"N": 4, "encoder_layers": 2}, {"encoder_layers": 2, "N": 4}):
-        with pytest.raises(ValueError, match="N=4 and encoder_layers=2 disagree"):
-            VanillaTransformerConfig.from_preset("base", **overrides)
-    agreeing = VanillaTransformerConfig.from_preset("base", P_drop=0.3, dropout=0.3)
-    assert agreeing.dropout == 0.3
+def test_from_preset_applies_a_symbol_and_its_fields_in_the_order_given():
+    refined = VanillaTransformerConfig.from_preset("base", N=4, decoder_layers=2)
+    assert (refined.encoder_layers, refined.decoder_layers) == (4, 2)
+    replaced = VanillaTransformerConfig.from_preset("base", decoder_layers=2, N=4)
+    assert (replaced.encoder_layers, replaced.decoder_layers) == (4, 4)
 
 
 def test_a_config_changed_after_it_was_made_is_checked_again_by_the_model():
