@@ -27,7 +27,6 @@ A figure the records lack is shown as "not measured".
 
 import dataclasses
 import importlib.metadata
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .conversion import FAIRSEQ_BPE_FILES
 from .export import ExportSource, export_ctranslate2
 from .generation_vanilla_transformer import paper_generation_config
-from .model_location import RESULTS_FILE, TRAINER_STATE_FILE, loading
+from .model_location import RESULTS_FILE, TRAINER_STATE_FILE, loading, read_json_object
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .tokenization import TOKENIZER_FILES, load_tokenizer
 from .translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
@@ -111,13 +110,7 @@ class RunRecords:
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from error
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}.")
-    return data
+    return read_json_object(path, "write it again, or delete it to publish without it")
 
 
 def read_run_records(model_dir: str | Path) -> RunRecords:

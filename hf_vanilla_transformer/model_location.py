@@ -31,7 +31,7 @@ MODEL_DESCRIPTION_FILES = (RESULTS_FILE, TRAINER_STATE_FILE, EXPORT_INFO_FILE)
 GENERATION_CONFIG_FILE = "generation_config.json"
 
 
-def _read_json_object(path: Path, fix: str) -> dict[str, Any]:
+def read_json_object(path: Path, fix: str) -> dict[str, Any]:
     """The JSON object in `path`; a one-line ValueError that says where it is damaged, and `fix`, if the
     file holds anything else."""
     try:
@@ -53,7 +53,7 @@ def read_export_info(folder: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     fix = "export the model again (vanilla-transformer export)"
-    info = _read_json_object(path, fix)
+    info = read_json_object(path, fix)
     if not isinstance(info.get("engine"), str):
         raise ValueError(f"{path} names no engine: {fix}.")
     return info
@@ -88,7 +88,7 @@ def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
             raise ValueError(f"{name} has no config.json: give {saved_by}{hint}.")
         if model and (path / GENERATION_CONFIG_FILE).is_file():
             # transformers warns about a damaged one and decodes greedily up to 20 tokens instead.
-            _read_json_object(
+            read_json_object(
                 path / GENERATION_CONFIG_FILE, "fix it, or delete it to decode with the model's defaults"
             )
         return
