@@ -13,8 +13,8 @@
 - `translation_pipeline.py` and a `custom_pipelines` entry for the task "translation" in `config.json`, so
   that `pipeline("translation", model=repo, trust_remote_code=True)` works without the package (transformers
   5 has no translation task of its own); package users call `pipeline("seq2seq-translation", model=repo)`;
-- `README.md`, the model card: the package's Jinja template `model_cards/template.md` rendered with
-  `huggingface_hub.ModelCard.from_template`, its metadata a `ModelCardData` whose `model-index` holds the
+- `README.md`, the model card: the package's Jinja template `model_cards/template.md` (or the caller's)
+  rendered into a `huggingface_hub.ModelCard`, its metadata a `ModelCardData` whose `model-index` holds the
   measured test BLEU with its sacreBLEU signature (the Hub shows it as an evaluation result);
 - on request, `ctranslate2/`: the model exported for CTranslate2 by `export.export_ctranslate2` (model,
   vocabularies, tokenizers and decoding settings), which `ctranslate2.Translator` loads once downloaded, and
@@ -29,6 +29,7 @@ import dataclasses
 import importlib.metadata
 import shutil
 import tempfile
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from transformers import GenerationConfig
 from transformers.utils import logging
 
 from . import translation_pipeline
+from .cli import read_lines
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .conversion import FAIRSEQ_BPE_FILES
 from .export import ExportSource, export_ctranslate2
@@ -65,6 +67,8 @@ STALE_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
 # too: it holds the earlier weights.
 CTRANSLATE2_DIR = "ctranslate2"
 STALE_PATTERNS = (*STALE_WEIGHT_PATTERNS, f"{CTRANSLATE2_DIR}/*")
+# The file name Jinja gives the frames of a template compiled from a string, in a traceback.
+JINJA_TEMPLATE_FRAME = "<template>"
 # Model card metadata that holds for every model this package publishes; the rest comes from the run.
 CARD_METADATA = {
     "license": "apache-2.0",
@@ -296,6 +300,57 @@ def card_data(repo_id: str, records: RunRecords) -> ModelCardData:
     return data
 
 
+class CardTemplateError(ValueError):
+    """A model card template that cannot be read or rendered; the message starts with the template's name
+    (its path, for a file) and says what to change."""
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
+
+
+def _compile_card_template(template: str, template_name: str) -> tuple[jinja2.Template, set[str]]:
+    """The compiled Jinja `template` and the variables it reads; CardTemplateError if it is not Jinja."""
+    # StrictUndefined: `{{ bleu.value }}` fails instead of rendering as nothing.
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    try:
+        syntax_tree = environment.parse(template)
+        # Compiling finds what parsing does not, such as a filter Jinja does not have.
+        compiled = environment.from_string(syntax_tree)
+    except jinja2.TemplateSyntaxError as error:
+        reason = _first_line(error.message or type(error).__name__)
+        raise CardTemplateError(
+            f"{template_name} line {error.lineno}: template syntax error ({reason}); fix the template."
+        ) from None
+    return compiled, jinja2.meta.find_undeclared_variables(syntax_tree)
+
+
+def read_card_template(path: str | Path) -> str:
+    """The text of the model card template file at `path`, less its final newline (Jinja drops it too).
+
+    Raises:
+        FileNotFoundError: there is no file at `path`.
+        CardTemplateError (a ValueError): the file is not UTF-8 text, or not valid Jinja.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Model card template {str(path)!r} does not exist.")
+    try:
+        # read_lines refuses text that is not UTF-8 in the words every command uses for its input files.
+        template = "\n".join(read_lines(path))
+    except ValueError as error:
+        raise CardTemplateError(str(error)) from None
+    _compile_card_template(template, str(path))
+    return template
+
+
+def _template_line(error: BaseException) -> int | None:
+    """The template line whose code raised `error`: Jinja lists the template's own lines in the traceback."""
+    frames = traceback.extract_tb(error.__traceback__)
+    lines = [frame.lineno for frame in frames if frame.filename == JINJA_TEMPLATE_FRAME]
+    return lines[-1] if lines else None
+
+
 def render_model_card(
     template: str,
     repo_id: str,
@@ -304,23 +359,41 @@ def render_model_card(
     num_parameters: int,
     records: RunRecords,
     ctranslate2: str | None = None,
+    template_name: str = "The model card template",
 ) -> ModelCard:
-    """The model card: `ModelCard.from_template` with `card_data(...)` as `{{ card_data }}` (the YAML block)
-    and `card_values(...)` for the other variables of the Jinja `template`; `ctranslate2` is the weight type
-    of the repo's CTranslate2 export, None when it has none.
+    """The model card: the Jinja `template` rendered with `card_data(...)` as `{{ card_data }}` (the YAML
+    block) and `card_values(...)` for its other variables; `ctranslate2` is the weight type of the repo's
+    CTranslate2 export, None when it has none. `template_name` (the file's path) starts every refusal.
 
     Raises:
-        ValueError: the template uses a variable `card_values` does not provide (a typo must not publish a
-            blank), or lacks `{{ card_data }}` (the card would carry no metadata).
+        CardTemplateError (a ValueError): the template is not valid Jinja (a syntax error, an unknown
+            filter), uses a variable `card_values` does not provide or an attribute a value lacks (a typo
+            must not publish a blank), lacks `{{ card_data }}` (the card would carry no metadata), or its
+            code fails while rendering (`{{ 1 / 0 }}`).
     """
     values = card_values(repo_id, config, generation_config, num_parameters, records, ctranslate2)
-    used = jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(template))
+    compiled, used = _compile_card_template(template, template_name)
     unknown = sorted(used - values.keys() - {"card_data"})
     if unknown:
-        raise ValueError(f"Unknown model card variables {unknown}; known: {sorted(values)}.")
+        raise CardTemplateError(
+            f"{template_name}: unknown model card variables {unknown}; known: {sorted(values)}."
+        )
     if "card_data" not in used:
-        raise ValueError("A model card template must start with its metadata: ---, {{ card_data }}, ---.")
-    return ModelCard.from_template(card_data(repo_id, records), template_str=template, **values)
+        raise CardTemplateError(
+            f"{template_name} must start with its metadata: ---, {{{{ card_data }}}}, ---."
+        )
+    metadata = card_data(repo_id, records).to_yaml()
+    try:
+        text = compiled.render(card_data=metadata, **values)
+    # Only the template's own code runs here, so whatever it raises is the template's to fix.
+    except Exception as error:
+        line = _template_line(error)
+        where = f" line {line}" if line is not None else ""
+        reason = f"{type(error).__name__}: {_first_line(str(error))}"
+        raise CardTemplateError(
+            f"{template_name}{where}: rendering the template failed ({reason}); fix the template."
+        ) from None
+    return ModelCard(text)
 
 
 def _check_model_dir(model_dir: Path) -> None:
@@ -355,25 +428,38 @@ def stage_repo(
     Raises:
         FileNotFoundError: `model_dir` is missing or lacks config.json or the tokenizer, or the card
             template does not exist.
-        ValueError: the tokenizer lacks a special token, a record file is not a JSON object, or the
-            template uses an unknown variable or lacks `{{ card_data }}`; `ctranslate2_quantization`
-            without `with_ctranslate2`.
+        ValueError: the tokenizer lacks a special token, a record file is not a JSON object, or
+            `ctranslate2_quantization` comes without `with_ctranslate2`.
+        CardTemplateError (a ValueError): the card template is not UTF-8 text or cannot be rendered (see
+            `render_model_card`); checked before any file is written, its text and syntax before the model
+            loads.
         ExportError (a ValueError): ctranslate2 is not installed, or the model is one CTranslate2 cannot hold.
     """
     if ctranslate2_quantization is not None and not with_ctranslate2:
         raise ValueError("A CTranslate2 quantization applies to the CTranslate2 export: ask for it too.")
     model_dir, folder = Path(model_dir), Path(folder)
     _check_model_dir(model_dir)
+    template_path = Path(card_template) if card_template is not None else CARD_TEMPLATE
+    # Read and compiled before the model loads: an unreadable template or a syntax error shows at once.
+    template = read_card_template(template_path)
     tokenizer = load_tokenizer(model_dir)
     with loading(model_dir):
         model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
-    template_path = Path(card_template) if card_template is not None else CARD_TEMPLATE
-    if not template_path.is_file():
-        raise FileNotFoundError(f"Model card template {str(template_path)!r} does not exist.")
 
     # A generation config derived from the model config holds no decoding choices: use the paper's.
     if model.generation_config._from_model_config:
         model.generation_config = paper_generation_config(model.config)
+    # Rendered before any file is written or exported: a template the user must fix stops the push at once.
+    card = render_model_card(
+        template,
+        repo_id,
+        model.config,
+        model.generation_config,
+        model.num_parameters(),
+        read_run_records(model_dir),
+        ctranslate2=(ctranslate2_quantization or "float32") if with_ctranslate2 else None,
+        template_name=str(template_path),
+    )
     pipeline_module = Path(translation_pipeline.__file__)
     # The format transformers' own Pipeline.save_pretrained writes for a custom pipeline.
     model.config.custom_pipelines = {
@@ -399,16 +485,6 @@ def stage_repo(
         exported = ExportSource(model.float(), tokenizer, find_target_tokenizer(model_dir), name=repo_id)
         logger.info(f"Exporting {model_dir} for CTranslate2 into {CTRANSLATE2_DIR}/ of {repo_id}")
         export_ctranslate2(exported, folder / CTRANSLATE2_DIR, ctranslate2_quantization)
-
-    card = render_model_card(
-        template_path.read_text(encoding="utf-8"),
-        repo_id,
-        model.config,
-        model.generation_config,
-        model.num_parameters(),
-        read_run_records(model_dir),
-        ctranslate2=(ctranslate2_quantization or "float32") if with_ctranslate2 else None,
-    )
     card.save(folder / CARD_FILE)
     return card
 
@@ -483,10 +559,12 @@ def push_model(
 __all__ = [
     "CARD_TEMPLATE",
     "CTRANSLATE2_DIR",
+    "CardTemplateError",
     "RunRecords",
     "card_data",
     "card_values",
     "push_model",
+    "read_card_template",
     "read_run_records",
     "render_model_card",
     "stage_repo",

@@ -268,6 +268,11 @@ BAD_INPUTS = {
         ["--model-dir", "MODEL", "--repo-id", "someone/x", "--max-shard-size", "0"],
         "--max-shard-size",
     ),
+    "push: a card template not UTF-8": (
+        "push_to_hub",
+        ["--model-dir", "MODEL", "--repo-id", "someone/x", "--card", "LATIN1"],
+        "latin1.en is not UTF-8 text (byte 3): re-encode it",
+    ),
     "train: a negative seed": ("train", ["--output-dir", "out", "--seed", "-1"], "--seed"),
     "train: output a file": ("train", ["--output-dir", "SOURCE"], "is a file"),
     "chatbot: output a file": ("chatbot", ["train", "--output-dir", "SOURCE"], "is a file"),

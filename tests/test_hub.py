@@ -461,6 +461,81 @@ def test_cli_reports_bad_input_as_usage_error(tmp_path: Path, capsys: pytest.Cap
     assert "Repo id must" in capsys.readouterr().err
 
 
+# Card templates a user may get wrong, each with what its one-line refusal says after `--card FILE`.
+CARD_METADATA_LINES = "---\n{{ card_data }}\n---\n"
+BROKEN_CARD_TEMPLATES = {
+    "syntax error": (
+        "{% if %}\n",
+        " line 4: template syntax error (Expected an expression, got 'end of statement block'); "
+        "fix the template.",
+    ),
+    "unknown filter": (
+        "BLEU {{ bleu | rounded }}\n",
+        " line 4: template syntax error (No filter named 'rounded'.); fix the template.",
+    ),
+    "error while rendering": (
+        "BLEU {{ bleu }}\n\n{{ 1 / 0 }}\n",
+        " line 6: rendering the template failed (ZeroDivisionError: division by zero); fix the template.",
+    ),
+    "attribute a figure lacks": (
+        "BLEU {{ bleu.value }}\n",
+        " line 4: rendering the template failed (UndefinedError: 'str object' has no attribute 'value'); "
+        "fix the template.",
+    ),
+    "unknown variable": (
+        "BLEU {{ blue }}\n",
+        ": unknown model card variables ['blue']; known: ['averaging', ",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def card_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model_dir = tmp_path_factory.mktemp("card_model")
+    tokenizer = train_shared_bpe_tokenizer(SENTENCES, vocab_size=40, min_frequency=1, show_progress=False)
+    tiny_model(vocab_size=len(tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    return model_dir
+
+
+def push_refusal(model_dir: Path, card: Path, capsys: pytest.CaptureFixture) -> str:
+    """The message of the error line `push --card CARD` ends with (after the progress bars of loading the
+    model). The Hub is out of reach (HF_HUB_OFFLINE=1): a refusal that names the card comes before any Hub
+    call."""
+    main = runpy.run_path(str(REPO_ROOT / "scripts" / "push_to_hub.py"))["main"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model-dir", str(model_dir), "--repo-id", REPO_ID, "--card", str(card)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error
+    program, separator, message = error.splitlines()[-1].partition(": error: ")
+    assert separator and " " not in program, error
+    return message
+
+
+@pytest.mark.parametrize("case", BROKEN_CARD_TEMPLATES, ids=list(BROKEN_CARD_TEMPLATES))
+def test_broken_card_template_is_refused_in_one_line_naming_the_file(
+    case: str, card_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    body, message = BROKEN_CARD_TEMPLATES[case]
+    card = tmp_path / "bad.md"
+    card.write_text(CARD_METADATA_LINES + body, encoding="utf-8")
+    line = push_refusal(card_model_dir, card, capsys)
+    assert line.startswith(f"--card {card}{message}"), line
+
+
+def test_card_template_not_utf8_is_refused_naming_the_file_and_the_fix(
+    card_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    card = tmp_path / "latin1.md"
+    card.write_bytes((CARD_METADATA_LINES + "Trained déjà.\n").encode("latin-1"))
+    line = push_refusal(card_model_dir, card, capsys)
+    byte = len(CARD_METADATA_LINES + "Trained d")
+    assert line == (
+        f"--card {card} is not UTF-8 text (byte {byte}): re-encode it, e.g. iconv -f latin1 -t utf-8."
+    )
+
+
 @pytest.mark.parametrize("token", ["hf_unknown", READ_TOKEN])
 def test_cli_reports_a_refused_token_in_one_line(hub: HubServer, tmp_path: Path, token: str) -> None:
     """401 (unknown token) and 403 (read-only token): one line saying how to log in, exit status 2."""

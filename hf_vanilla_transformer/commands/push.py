@@ -22,7 +22,7 @@ from huggingface_hub.utils import httpx
 
 from ..cli import ArgumentParser
 from ..export import CTRANSLATE2_QUANTIZATIONS
-from ..hub import DEFAULT_MAX_SHARD_SIZE, push_model
+from ..hub import DEFAULT_MAX_SHARD_SIZE, CardTemplateError, push_model
 
 # Answers that mean the token is missing, invalid, or may not write to the repo.
 AUTH_STATUSES = {401: "Unauthorized", 403: "Forbidden"}
@@ -94,6 +94,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             with_ctranslate2=args.with_ctranslate2,
             ctranslate2_quantization=args.ctranslate2_quantization,
         )
+    # The message starts with the template's path; naming the flag too says which argument to change.
+    except CardTemplateError as error:
+        parser.error(f"--card {error}" if args.card is not None else str(error))
     # HFValidationError (a malformed repo id) and ExportError (a model CTranslate2 cannot hold) are
     # ValueErrors.
     except (FileNotFoundError, ValueError) as error:
