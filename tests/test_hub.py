@@ -1,5 +1,5 @@
-"""`vanilla-transformer push` (scripts/push_to_hub.py) and hf_vanilla_transformer.hub against the test Hub
-server (tests/hub_server.py).
+"""`vanilla-transformer push` (scripts/push_to_hub.py), hf_vanilla_transformer.hub and .model_card against
+the test Hub server (tests/hub_server.py).
 
 The server stands in for the real Hub. Clients read HF_ENDPOINT and the other Hub settings at import time,
 so every push and pull runs in a subprocess: the real CLI pushes, then separate interpreters load the
@@ -34,12 +34,12 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, Gener
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.engines import load_translator
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-from hf_vanilla_transformer.hub import (
+from hf_vanilla_transformer.hub import push_model
+from hf_vanilla_transformer.model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
     NOT_MEASURED,
     RunRecords,
-    push_model,
     read_run_records,
     render_model_card,
     transformers_requirement,

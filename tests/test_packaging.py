@@ -18,10 +18,10 @@ pytestmark = pytest.mark.slow
 # Run in the unpacked wheel: where the package was imported from, and the default files it looks for.
 PROBE = """
 import json
-from hf_vanilla_transformer import chatbot, hub
+from hf_vanilla_transformer import chatbot, model_card
 print(json.dumps({
-    "package": hub.__file__,
-    "cards": [str(hub.CARD_TEMPLATE)],
+    "package": model_card.__file__,
+    "cards": [str(model_card.CARD_TEMPLATE)],
     "corpus": str(chatbot.DEFAULT_DATA),
     "pairs": len(chatbot.load_chatbot_pairs()[0]),
 }))

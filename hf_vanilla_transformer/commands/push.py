@@ -22,7 +22,8 @@ from huggingface_hub.utils import httpx
 
 from ..cli import ArgumentParser
 from ..export import CTRANSLATE2_QUANTIZATIONS
-from ..hub import DEFAULT_MAX_SHARD_SIZE, CardTemplateError, push_model
+from ..hub import DEFAULT_MAX_SHARD_SIZE, push_model
+from ..model_card import CardTemplateError
 
 # Answers that mean the token is missing, invalid, or may not write to the repo.
 AUTH_STATUSES = {401: "Unauthorized", 403: "Forbidden"}
