@@ -56,9 +56,45 @@ def refusals_in_one_line(parser: ArgumentParser) -> Iterator[None]:
         parser.error(str(error))
 
 
+def run_command(
+    run: Callable[[argparse.Namespace, ArgumentParser], int | None],
+    parser: ArgumentParser,
+    argv: list[str] | None = None,
+) -> int | None:
+    """Parse `argv` (None: the command line) with `parser` and `run` the command; returns its exit status
+    (None: success).
+
+    A file or folder this user may not read or write (a PermissionError, raised by this package or by a
+    library it calls: `mkdir`, `save_pretrained`, a tokenizer's save) is the parser's one-line error,
+    whichever step meets it: the fix lies with the user's files, never with the code."""
+    args = parser.parse_args(argv)
+    try:
+        return run(args, parser)
+    except PermissionError as error:
+        path = error.filename if error.filename is not None else "a file"
+        parser.error(
+            f"permission denied on {path}: choose a path this user may read and write, or change its "
+            "permissions."
+        )
+
+
 def may_write(path: Path) -> bool:
-    """Whether this process may write the file `path`: the file itself if it exists, else its folder."""
-    return os.access(path if path.exists() else path.resolve().parent, os.W_OK)
+    """Whether this process may write `path`: the file or folder itself where it exists, else the nearest
+    folder above it that does, where it (and any folders between) would be created."""
+    path = path.resolve()
+    if path.exists():
+        return os.access(path, os.W_OK)
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK)
+
+
+def check_writable(path: str | Path, flag: str, parser: ArgumentParser, kind: str = "folder") -> None:
+    """The parser's one-line error if this user may not write `path`, which `flag` names (a `kind`, "file"
+    or "folder"): checked before the work, which may take hours, not when its result is written."""
+    if not may_write(Path(path)):
+        parser.error(f"{flag} {path}: permission denied; give a {kind} this user may write.")
 
 
 def _segments(data: bytes, name: str) -> list[str]:

@@ -7,6 +7,7 @@ describe it (a run's figures, an export's engine), which another model written i
 """
 
 import json
+import os
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ MODEL_DESCRIPTION_FILES = (RESULTS_FILE, TRAINER_STATE_FILE, EXPORT_INFO_FILE)
 
 # Written by `save_pretrained` beside config.json: the decoding settings (beam size, length penalty, ...).
 GENERATION_CONFIG_FILE = "generation_config.json"
+# What loading a model or tokenizer reads from its folder: the configs and tokenizer files, and the weights.
+LOADED_FILE_PATTERNS = ("*.json", "*.safetensors")
 
 
 def read_json_object(path: Path, fix: str) -> dict[str, Any]:
@@ -82,6 +85,20 @@ def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
             f"from (`vanilla-transformer translate --engine {engine}` translates with the export itself)."
         )
     if path.is_dir():
+        # safetensors reports a file it may not read as missing; and it writes its files readable by their
+        # owner alone, so a folder another user saved is often one this user cannot load.
+        unreadable = sorted(
+            entry.name
+            for pattern in LOADED_FILE_PATTERNS
+            for entry in path.glob(pattern)
+            if entry.is_file() and not os.access(entry, os.R_OK)
+        )
+        if unreadable:
+            raise ValueError(
+                f"{name}: this user may not read {', '.join(unreadable)}; make "
+                f"{'it' if len(unreadable) == 1 else 'them'} readable (chmod a+r), or load as the user who "
+                "saved the folder."
+            )
         if model and not (path / "config.json").is_file():
             inner = path / "model" if (path / "model" / "config.json").is_file() else None
             hint = f"; {inner} is one" if inner else ""

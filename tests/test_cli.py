@@ -21,7 +21,7 @@ from conftest import REPO_ROOT, tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from hf_vanilla_transformer.chatbot import read_chatbot_settings
-from hf_vanilla_transformer.cli import ArgumentParser, refusals_in_one_line
+from hf_vanilla_transformer.cli import ArgumentParser, may_write, refusals_in_one_line
 from hf_vanilla_transformer.commands import COMMANDS, command_module
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.commands.translate import main as translate_main
@@ -46,10 +46,13 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
-def run_script(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+def run_script(
+    name: str, *args: str, stdin: str = "", launcher: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """`python scripts/NAME.py ARGS`, started through `launcher` (a command that runs the rest) if given."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(
-        [sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+        [*launcher, sys.executable, str(SCRIPTS / f"{name}.py"), *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -364,6 +367,115 @@ def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith(f"{name}.py: error: ") and named in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# Root may write anywhere: setpriv (util-linux) takes away its capabilities to override file permissions, so
+# that the permission bits bind root as they bind any other user.
+WITHOUT_PERMISSION_OVERRIDE = (
+    "setpriv",
+    "--inh-caps=-dac_override,-dac_read_search",
+    "--bounding-set=-dac_override,-dac_read_search",
+)
+# A command that writes where this user may not: (script, arguments, what the message names). READONLY is a
+# folder this user may read but not write; READONLY_MODEL a model folder likewise.
+UNWRITABLE_OUTPUTS = {
+    "translate --output": (
+        "translate",
+        ["--model", "MODEL", "--input", "SOURCE", "--output", "READONLY/out"],
+    ),
+    "average --output": (
+        "average_checkpoints",
+        ["--checkpoints", "MODEL", "READONLY_MODEL", "--output", "READONLY/average"],
+    ),
+    "export --out": ("export", ["--model", "MODEL", "--to", "onnx", "--out", "READONLY/onnx"]),
+    "convert --out": (
+        "convert_checkpoint",
+        ["--from", "marian", "--src", "MODEL", "--out", "READONLY/model"],
+    ),
+    "train --output-dir": ("train", ["--output-dir", "READONLY/run"]),
+    "chatbot train --output-dir": ("chatbot", ["train", "--output-dir", "READONLY/run"]),
+    "tune --save": (
+        "tune",
+        ["--model", "READONLY_MODEL", "--source", "SOURCE", "--reference", "SOURCE", "--save"],
+    ),
+}
+
+
+def run_without_permission_override(name: str, *args: str) -> subprocess.CompletedProcess:
+    """`run_script`, where file permissions bind this user (root included)."""
+    if os.geteuid() != 0:
+        return run_script(name, *args)
+    if shutil.which("setpriv") is None:
+        pytest.skip("runs as root without setpriv (util-linux), so file permissions do not bind it")
+    return run_script(name, *args, launcher=WITHOUT_PERMISSION_OVERRIDE)
+
+
+def assert_permission_refusal(result: subprocess.CompletedProcess, name: str, path: Path) -> None:
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"{name}.py: error: ") and str(path) in result.stderr, result.stderr
+    assert "permission denied" in result.stderr or "may not read" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("case", UNWRITABLE_OUTPUTS, ids=list(UNWRITABLE_OUTPUTS))
+def test_an_output_this_user_may_not_write_is_one_line(case: str, model_dir: Path, tmp_path: Path) -> None:
+    name, args = UNWRITABLE_OUTPUTS[case]
+    (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
+    readonly, readonly_model = tmp_path / "readonly", tmp_path / "readonly_model"
+    readonly.mkdir()
+    shutil.copytree(model_dir, readonly_model)
+    for path in (readonly_model / "generation_config.json", readonly_model, readonly):
+        path.chmod(0o444 if path.is_file() else 0o555)
+    replacements = {"MODEL": str(model_dir), "READONLY_MODEL": str(readonly_model)}
+    replacements |= {"SOURCE": str(tmp_path / "dev.en"), "READONLY": str(readonly)}
+    arguments = [replacements.get(arg, arg) for arg in args]
+    arguments = [
+        str(readonly / arg.split("/", 1)[1]) if arg.startswith("READONLY/") else arg for arg in arguments
+    ]
+    try:
+        result = run_without_permission_override(name, *arguments)
+    finally:
+        for path in (readonly, readonly_model):
+            path.chmod(0o755)
+    assert_permission_refusal(result, name, tmp_path)
+    assert str(readonly if "READONLY/" in " ".join(args) else readonly_model) in result.stderr
+    assert list(readonly.iterdir()) == []
+
+
+def test_weights_this_user_may_not_read_are_named(model_dir: Path, tmp_path: Path) -> None:
+    """safetensors itself reports such weights as missing, and writes its files readable by their owner
+    alone."""
+    (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
+    shutil.copytree(model_dir, tmp_path / "model")
+    (tmp_path / "model" / "model.safetensors").chmod(0o000)
+    result = run_without_permission_override(
+        "translate", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "dev.en")
+    )
+    assert_permission_refusal(result, "translate", tmp_path / "model")
+    assert "may not read model.safetensors; make it readable" in result.stderr
+
+
+def test_an_input_this_user_may_not_read_is_one_line(tmp_path: Path) -> None:
+    """A PermissionError met anywhere in a command, here reading an input file."""
+    (tmp_path / "dev.de").write_text("Ein Hund rennt.\n", encoding="utf-8")
+    shutil.copyfile(tmp_path / "dev.de", tmp_path / "hypotheses.de")
+    (tmp_path / "hypotheses.de").chmod(0o000)
+    result = run_without_permission_override(
+        "evaluate_bleu",
+        "--hypotheses",
+        str(tmp_path / "hypotheses.de"),
+        "--references",
+        str(tmp_path / "dev.de"),
+    )
+    assert_permission_refusal(result, "evaluate_bleu", tmp_path)
+    assert f"permission denied on {tmp_path / 'hypotheses.de'}" in result.stderr
+
+
+def test_a_new_folder_may_be_written_where_its_nearest_existing_folder_may(tmp_path: Path) -> None:
+    assert may_write(tmp_path / "runs" / "new" / "model")
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    assert not may_write(tmp_path / "file" / "model")  # a file is no folder to create anything in
 
 
 def test_translate_gives_an_empty_line_for_an_empty_line(model_dir: Path) -> None:

@@ -6,7 +6,7 @@ import importlib
 import sys
 from types import ModuleType
 
-from ..cli import ArgumentParser
+from ..cli import ArgumentParser, run_command
 
 PROG = "vanilla-transformer"
 DESCRIPTION = """Train, use and publish the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
@@ -56,4 +56,4 @@ def main(argv: list[str] | None = None) -> int | None:
         build_parser().parse_args(argv)
     module = command_module(argv[0])
     parser = module.build_parser(prog=f"{PROG} {argv[0]}")
-    return module.run(parser.parse_args(argv[1:]), parser)
+    return run_command(module.run, parser, argv[1:])

@@ -8,7 +8,7 @@ average the last 5 checkpoints, the big models the last 20).
 import argparse
 
 from ..averaging import average_checkpoints, last_checkpoints
-from ..cli import ArgumentParser, positive_int
+from ..cli import ArgumentParser, check_writable, positive_int, run_command
 
 DEFAULT_LAST = 5
 
@@ -40,6 +40,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error(
             "--last counts the checkpoints of --run-dir; with --checkpoints, list only those to average."
         )
+    check_writable(args.output, "--output", parser)
 
     try:
         if args.run_dir:
@@ -52,7 +53,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     print(f"Averaged {len(checkpoints)} checkpoints ({', '.join(str(c) for c in checkpoints)}) into {output}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer average ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

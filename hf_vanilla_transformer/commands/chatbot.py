@@ -29,12 +29,14 @@ from ..chatbot import (
 )
 from ..cli import (
     ArgumentParser,
+    check_writable,
     non_negative_int,
     positive_float,
     positive_int,
     probability,
     random_seed,
     refusals_in_one_line,
+    run_command,
 )
 
 # Each ChatbotSettings field's flag: how its value is read and what it means (defaults: the tutorial's).
@@ -155,11 +157,12 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error("--ask is empty: give a question.")
     if args.command in ("train", "evaluate") and args.data is not None and not args.data.is_file():
         parser.error(f"--data {args.data}: no such file; give a CSV with columns Q and A.")
+    if args.command == "train":
+        check_writable(args.output_dir, "--output-dir", parser)
     with refusals_in_one_line(parser):
         args.run(args)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer chatbot ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

@@ -14,7 +14,7 @@ and does not do; read it. docs/converting.md has the details.
 import argparse
 from pathlib import Path
 
-from ..cli import ArgumentParser
+from ..cli import ArgumentParser, check_writable, run_command
 from ..conversion import ConversionError, convert_fairseq_checkpoint, convert_marian_folder
 
 
@@ -69,6 +69,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> int:
         parser.error(f"--out {args.out} is a file: give a folder.")
     if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
         parser.error(f"--out {args.out} is not empty: give a new folder, or --force to write into it.")
+    check_writable(args.out, "--out", parser)
 
     try:
         if args.kind == "marian":
@@ -83,7 +84,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer convert ARGV`."""
-    parser = build_parser()
-    return run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

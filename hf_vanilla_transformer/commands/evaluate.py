@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import ArgumentParser, input_lines
+from ..cli import ArgumentParser, input_lines, run_command
 from ..evaluation import corpus_bleu, tokenized_bleu
 
 
@@ -42,7 +42,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         print(f"signature: {result.signature}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer evaluate ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

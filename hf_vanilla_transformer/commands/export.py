@@ -16,7 +16,7 @@ the PyTorch model's decoding.
 
 import argparse
 
-from ..cli import ArgumentParser, positive_int
+from ..cli import ArgumentParser, check_writable, positive_int, run_command
 from ..export import (
     CTRANSLATE2_QUANTIZATIONS,
     DEFAULT_SHORTLIST_SIZE,
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         shortlist_from = tuple(f"{args.shortlist_from}.{lang}" for lang in (args.src_lang, args.tgt_lang))
     elif args.shortlist_size is not None:
         parser.error("--shortlist-size sizes a shortlist: give --shortlist-from PREFIX to build one.")
+    check_writable(args.out, "--out", parser)
     try:
         out = export(
             args.model,
@@ -76,7 +77,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     print(f"Exported {args.model} for {args.to} to {out}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer export ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

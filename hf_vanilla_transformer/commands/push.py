@@ -20,7 +20,7 @@ from huggingface_hub.errors import HfHubHTTPError
 # huggingface_hub's HTTP client, under the name it exports across its major versions.
 from huggingface_hub.utils import httpx
 
-from ..cli import ArgumentParser
+from ..cli import ArgumentParser, run_command
 from ..export import CTRANSLATE2_QUANTIZATIONS
 from ..hub import DEFAULT_MAX_SHARD_SIZE, push_model
 from ..model_card import CardTemplateError
@@ -121,7 +121,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     print(commit.commit_url)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer push ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

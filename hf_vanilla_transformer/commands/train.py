@@ -27,11 +27,13 @@ from transformers.integrations.integration_utils import (
 
 from ..cli import (
     ArgumentParser,
+    check_writable,
     non_negative_int,
     positive_float,
     positive_int,
     random_seed,
     refusals_in_one_line,
+    run_command,
 )
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..presets import TRAINING_PRESETS, TrainingPreset
@@ -285,6 +287,7 @@ def training_settings(args: argparse.Namespace, parser: ArgumentParser) -> Train
     if overrides and args.init_from is not None:
         parser.error("--model-override cannot change the model of --init-from; leave it out to fine-tune.")
     _check_data_flags(args, parser)
+    check_writable(args.output_dir, "--output-dir", parser)
     values = {key: value for key, value in vars(args).items() if key != "model_override"}
     values |= {split: evaluation_set(values[split], split, args.train) for split in DEFAULT_EVALUATION}
     return TrainingSettings(**values, model_overrides=overrides)
@@ -304,7 +307,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         run_training(settings)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer train ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

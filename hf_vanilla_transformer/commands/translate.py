@@ -19,12 +19,13 @@ import torch
 
 from ..cli import (
     ArgumentParser,
+    check_writable,
     finite_float,
     input_lines,
-    may_write,
     non_negative_int,
     positive_int,
     refusals_in_one_line,
+    run_command,
 )
 from ..engines import ENGINES, detect_engine, load_translator
 from ..translation import quantize_int8, resolve_device
@@ -104,9 +105,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error(f"--output {args.output} is a folder: give a file name for the translations.")
     if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
         parser.error(f"--output {args.output}: its folder does not exist; create it first.")
-    if args.output != STANDARD_STREAM and not may_write(Path(args.output)):
-        # Checked before the translation, which may take hours, not when its result is written.
-        parser.error(f"--output {args.output}: permission denied; give a file this user may write.")
+    if args.output != STANDARD_STREAM:
+        check_writable(args.output, "--output", parser, kind="file")
     if (
         STANDARD_STREAM not in (args.input, args.output)
         and Path(args.output).resolve() == Path(args.input).resolve()
@@ -148,7 +148,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         target.writelines(h + "\n" for h in hypotheses)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer translate ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)

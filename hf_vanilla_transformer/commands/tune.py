@@ -13,7 +13,14 @@ import argparse
 
 import torch
 
-from ..cli import ArgumentParser, input_lines, non_negative_float, positive_int, refusals_in_one_line
+from ..cli import (
+    ArgumentParser,
+    input_lines,
+    non_negative_float,
+    positive_int,
+    refusals_in_one_line,
+    run_command,
+)
 from ..engines import detect_engine, load_translator
 from ..tuning import (
     DEFAULT_LENGTH_PENALTIES,
@@ -74,7 +81,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             print(f"wrote length_penalty {search.best:g} into {save_length_penalty(args.model, search.best)}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer tune ARGV`."""
-    parser = build_parser()
-    run(parser.parse_args(argv), parser)
+    return run_command(run, build_parser(), argv)
