@@ -39,6 +39,7 @@ from hf_vanilla_transformer.conversion import (
 )
 from hf_vanilla_transformer.hub import stage_repo
 from hf_vanilla_transformer.model_location import RESULTS_FILE
+from hf_vanilla_transformer.tokenization import load_tokenizer
 from hf_vanilla_transformer.translation import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +147,26 @@ def save_tiny_marian_tokenizer(folder: Path, vocab_size: int = 96) -> None:
     MarianTokenizer(*files).save_pretrained(folder)
     # As in opus-mt repos: no tokenizer_class; AutoTokenizer goes by config.json's model_type "marian".
     (folder / "tokenizer_config.json").write_text(json.dumps({"source_lang": "en", "target_lang": "de"}))
+
+
+@pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+def test_a_forced_conversion_drops_the_earlier_models_tokenizer(tmp_path):
+    """A model converted without a tokenizer must not be loaded with the one an earlier model left."""
+    with_tokenizer = tmp_path / "with_tokenizer"
+    random_marian().save_pretrained(with_tokenizer)
+    save_tiny_marian_tokenizer(with_tokenizer)
+    random_marian().save_pretrained(tmp_path / "without_tokenizer")
+    out = tmp_path / "out"
+    convert_marian_folder(with_tokenizer, out)
+    AutoTokenizer.from_pretrained(out)
+    report = convert_marian_folder(tmp_path / "without_tokenizer", out)
+    assert any("no tokenizer saved" in note for note in report.notes)
+    convert_marian_folder(tmp_path / "without_tokenizer", tmp_path / "fresh")
+    assert sorted(path.name for path in out.iterdir()) == sorted(
+        path.name for path in (tmp_path / "fresh").iterdir()
+    )
+    with pytest.raises(ValueError, match="holds no tokenizer"):
+        load_tokenizer(out)
 
 
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -508,6 +529,15 @@ def test_bpe_codes_given_under_another_name_are_copied_as_the_hub_expects(tmp_pa
         "code",
         "sentencepiece.bpe.model",
     ]
+
+
+def test_a_forced_conversion_into_its_data_folder_keeps_the_bpe_codes(fairseq_folder):
+    """Saving the model removes an earlier model's BPE codes from the output folder; where that folder is
+    the data folder, they are the ones to copy."""
+    _, model_path = fairseq_folder
+    codes = (model_path.parent / "bpecodes").read_text()
+    convert_fairseq_checkpoint(model_path, model_path.parent, model_path.parent)
+    assert (model_path.parent / "bpecodes").read_text() == codes
 
 
 def test_bart_like_checkpoint_is_refused(tmp_path, fairseq_folder):

@@ -3,6 +3,7 @@ of which source keys became which of ours, the strict load that names every miss
 key, and the logits check against the source implementation."""
 
 import re
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,25 @@ import torch
 
 from ..model_location import remove_model_descriptions
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..tokenization import TOKENIZER_FILES
+from ..translation_pipeline import TARGET_TOKENIZER_DIR
+
+# The BPE files fairseq's hub loader picks up next to a translation model.
+FAIRSEQ_BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model")
+# What Marian's tokenizer needs, as opus-mt ships it.
+MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+# Every file or folder a converter's tokenizer may leave in the output folder: what transformers' tokenizers
+# save (Marian's with a separate target vocabulary too), fairseq's BPE codes, and the target tokenizer of
+# separate fairseq vocabularies.
+CONVERTED_TOKENIZER_FILES = (
+    *TOKENIZER_FILES,
+    "special_tokens_map.json",
+    "added_tokens.json",
+    *MARIAN_TOKENIZER_FILES,
+    "target_vocab.json",
+    *FAIRSEQ_BPE_FILES,
+    TARGET_TOKENIZER_DIR,
+)
 
 
 class ConversionError(ValueError):
@@ -80,8 +100,16 @@ def load_converted_state(
 
 
 def save_converted_model(model: VanillaTransformerForConditionalGeneration, out: Path) -> None:
-    """`save_pretrained` into `out`, dropping what described an earlier model there (`results.json` and the
-    like): its figures are not the converted model's."""
+    """`save_pretrained` into `out`, dropping what belonged to an earlier model there: what described it
+    (`results.json` and the like), whose figures are not the converted model's, and its tokenizer
+    (`CONVERTED_TOKENIZER_FILES`), which would otherwise be loaded with the converted model where the
+    conversion brings none."""
+    for name in CONVERTED_TOKENIZER_FILES:
+        earlier = out / name
+        if earlier.is_dir():
+            shutil.rmtree(earlier)
+        else:
+            earlier.unlink(missing_ok=True)
     model.save_pretrained(out)
     remove_model_descriptions(out)
 

@@ -12,7 +12,6 @@ import argparse
 import pickle
 import pickletools
 import re
-import shutil
 import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,11 +24,15 @@ from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..generation_vanilla_transformer import paper_generation_config
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation_pipeline import TARGET_TOKENIZER_DIR
-from .common import ConversionError, ConversionReport, load_converted_state, save_converted_model
+from .common import (
+    FAIRSEQ_BPE_FILES,
+    ConversionError,
+    ConversionReport,
+    load_converted_state,
+    save_converted_model,
+)
 
 FAIRSEQ_SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
-# The BPE files fairseq's hub loader picks up next to a translation model.
-FAIRSEQ_BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model")
 # fairseq's `base_architecture` values, which it also applies to checkpoints whose args predate a field.
 _FAIRSEQ_DEFAULTS: dict[str, Any] = {
     "encoder_embed_dim": 512,
@@ -506,6 +509,8 @@ def convert_fairseq_checkpoint(
     codes = next((path for path in candidates if path.is_file()), None)
     if bpe_codes and codes is None:
         raise ConversionError(f"BPE codes {bpe_codes} not found.")
+    # Read now: they may lie in `out`, where saving the model removes an earlier model's BPE codes.
+    codes_bytes = codes.read_bytes() if codes is not None else b""
     checkpoint = load_fairseq_checkpoint(checkpoint_path)
     args = fairseq_model_args(checkpoint)
     state = checkpoint["model"]
@@ -559,7 +564,7 @@ def convert_fairseq_checkpoint(
     _save_fairseq_tokenizers(symbols, config, out, report)
     if codes is not None:
         copy = out / bpe_file_name(codes)
-        shutil.copyfile(codes, copy)
+        copy.write_bytes(codes_bytes)
         report.notes.append(f"BPE codes: {codes} copied to {copy}.")
     else:
         report.notes.append(

@@ -18,6 +18,7 @@ from transformers.utils import is_sentencepiece_available
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .common import (
+    MARIAN_TOKENIZER_FILES,
     ConversionError,
     ConversionReport,
     load_converted_state,
@@ -29,7 +30,6 @@ from .common import (
 _MARIAN_KEY_RENAMES = ((re.compile(r"\.(fc1|fc2)\."), r".ffn.\1."),)
 # Computed, never loaded: the sinusoid tables.
 _MARIAN_IGNORED_KEYS = re.compile(r"\.embed_positions\.weight$")
-MARIAN_TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 # A converted model must reproduce its source's logits to this absolute tolerance (float32).
 LOGITS_TOLERANCE = 1e-4
 
