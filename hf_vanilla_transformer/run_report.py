@@ -11,7 +11,7 @@ from transformers.utils import logging
 
 from .engines import Translator
 from .evaluation import BleuResult, corpus_bleu
-from .tuning import DEFAULT_LENGTH_PENALTIES, search_length_penalty
+from .tuning import DEFAULT_LENGTH_PENALTIES, DecodingChoice, search_decoding
 
 SAMPLES = 5
 
@@ -29,11 +29,8 @@ def _scored(
     return corpus_bleu(hypotheses, references), hypotheses
 
 
-def _log_bleu(name: str, bleu: BleuResult, sentences: int, num_beams: int, length_penalty: float) -> None:
-    logger.info(
-        f"{name} BLEU {bleu.score:.2f} ({sentences} sentences, beam {num_beams}, length penalty "
-        f"{length_penalty:g}) {bleu.signature}"
-    )
+def _log_bleu(name: str, bleu: BleuResult, sentences: int, decoding: DecodingChoice) -> None:
+    logger.info(f"{name} BLEU {bleu.score:.2f} ({sentences} sentences, {decoding}) {bleu.signature}")
 
 
 def final_scores(
@@ -62,21 +59,23 @@ def final_scores(
         alphas = (
             DEFAULT_LENGTH_PENALTIES if tune_length_penalty else (model.generation_config.length_penalty,)
         )
-        search = search_length_penalty(
-            translator, *dev, alphas, batch_size=batch_size, progress=True, num_beams=num_beams
-        )
-        for alpha, bleu in search.bleu.items():
-            _log_bleu("dev", bleu, len(dev[0]), num_beams, alpha)
-        model.generation_config.length_penalty = search.best
+        search = search_decoding(translator, *dev, [num_beams], alphas, batch_size=batch_size, progress=True)
+        for choice, bleu in search.bleu.items():
+            _log_bleu("dev", bleu, len(dev[0]), choice)
+        if search.best.length_penalty is not None:
+            model.generation_config.length_penalty = search.best.length_penalty
         if tune_length_penalty:
-            results["dev_bleu_by_length_penalty"] = {f"{a:g}": bleu.score for a, bleu in search.bleu.items()}
-            logger.info(f"Length penalty {search.best:g} chosen on the dev set.")
+            results["dev_bleu_by_length_penalty"] = {
+                f"{choice.length_penalty:g}": bleu.score for choice, bleu in search.bleu.items()
+            }
+            logger.info(f"Length penalty {search.best.length_penalty:g} chosen on the dev set.")
         bleu = search.bleu[search.best]
         results.update(dev_bleu=bleu.score, dev_bleu_signature=bleu.signature)
     results["length_penalty"] = model.generation_config.length_penalty
     if test is not None:
         bleu, hypotheses = _scored(translator, test, num_beams, batch_size)
-        _log_bleu("test", bleu, len(test[0]), num_beams, model.generation_config.length_penalty)
+        alpha = model.generation_config.length_penalty if num_beams > 1 else None
+        _log_bleu("test", bleu, len(test[0]), DecodingChoice(num_beams, alpha))
         results.update(test_set=test_set, test_sentences=len(test[0]), bleu=bleu.score)
         results["bleu_signature"] = bleu.signature
         results["samples"] = [

@@ -1,4 +1,4 @@
-"""The length penalty chosen on the development set, as the paper chose its beam size and alpha (Section 6.1:
+"""The beam size and length penalty chosen on the development set, as the paper chose them (Section 6.1:
 "These hyperparameters were chosen after experimentation on the development set"). Never tune on a test
 set: its score would no longer measure unseen data."""
 
@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from transformers import GenerationConfig
 
@@ -23,55 +23,85 @@ class SentenceTranslator(Protocol):
     def translate(self, sentences: Sequence[str], **generate_kwargs: Any) -> list[str]: ...
 
 
-@dataclass(frozen=True)
-class LengthPenaltySearch:
-    """The dev BLEU of each length penalty tried, in the order tried."""
+class DecodingChoice(NamedTuple):
+    """One beam size and length penalty (alpha). Greedy decoding (beam 1) has no length penalty: alpha
+    ranks finished beam hypotheses only, so it is None there."""
 
-    bleu: dict[float, BleuResult]
+    num_beams: int
+    length_penalty: float | None
+
+    def __str__(self) -> str:
+        if self.length_penalty is None:
+            return f"beam {self.num_beams} (greedy)"
+        return f"beam {self.num_beams}, length penalty {self.length_penalty:g}"
+
+
+@dataclass(frozen=True)
+class DecodingSearch:
+    """The dev BLEU of each beam size and length penalty tried, in the order tried."""
+
+    bleu: dict[DecodingChoice, BleuResult]
 
     @property
-    def best(self) -> float:
-        """The length penalty with the highest BLEU; of equal scores, the first tried."""
-        return max(self.bleu, key=lambda alpha: self.bleu[alpha].score)
+    def best(self) -> DecodingChoice:
+        """The choice with the highest BLEU; of equal scores, the first tried."""
+        return max(self.bleu, key=lambda choice: self.bleu[choice].score)
 
 
-def search_length_penalty(
+def search_decoding(
     translator: SentenceTranslator,
     sources: Sequence[str],
     references: Sequence[str],
+    beam_sizes: Sequence[int],
     length_penalties: Sequence[float] = DEFAULT_LENGTH_PENALTIES,
     *,
     batch_size: int = 64,
     progress: bool = False,
     **generate_kwargs: Any,
-) -> LengthPenaltySearch:
-    """Translate the dev `sources` once per length penalty (alpha, with the model's other decoding
-    settings unless `generate_kwargs` override them) and score each output against `references` with
-    sacreBLEU.
+) -> DecodingSearch:
+    """Translate the dev `sources` once per beam size and length penalty (alpha), beam size by beam size,
+    with the model's other decoding settings unless `generate_kwargs` override them, and score each output
+    against `references` with sacreBLEU. Beam size 1 is translated once, whatever the alphas.
 
     Raises:
-        ValueError: no length penalty, a negative or non-finite one, a length_penalty among
-            `generate_kwargs`, or sources and references of different lengths.
+        ValueError: no beam size or length penalty, a beam size below 1, a negative or non-finite alpha,
+            num_beams or length_penalty among `generate_kwargs`, or sources and references of different
+            lengths.
     """
-    if not length_penalties:
-        raise ValueError("Give at least one length penalty to try, e.g. 0.6 1.0 1.5.")
+    if not beam_sizes or not length_penalties:
+        raise ValueError("Give at least one beam size and one length penalty to try, e.g. 4 and 0.6 1.0 1.5.")
+    if not all(isinstance(size, int) and size >= 1 for size in beam_sizes):
+        raise ValueError(f"Beam sizes must be whole numbers of 1 or more, got {list(beam_sizes)}.")
     if not all(math.isfinite(alpha) and alpha >= 0 for alpha in length_penalties):
         raise ValueError(
             f"Length penalties must be finite numbers of 0 or more, got {list(length_penalties)}."
         )
-    if "length_penalty" in generate_kwargs:
-        raise ValueError("The search sets length_penalty itself: give the alphas to try as length_penalties.")
+    searched = {"num_beams", "length_penalty"} & set(generate_kwargs)
+    if searched:
+        raise ValueError(
+            f"The search sets {sorted(searched)} itself: give the values to try as beam_sizes and "
+            "length_penalties."
+        )
     if len(sources) != len(references):
         raise ValueError(
             f"{len(sources)} source sentences but {len(references)} references: give line-aligned files."
         )
+    alphas = list(dict.fromkeys(float(value) for value in length_penalties))
+    choices = dict.fromkeys(
+        DecodingChoice(size, None) if size == 1 else DecodingChoice(size, alpha)
+        for size in beam_sizes
+        for alpha in alphas
+    )
     bleu = {}
-    for alpha in dict.fromkeys(float(value) for value in length_penalties):
+    for choice in choices:
+        decoding = {"num_beams": choice.num_beams}
+        if choice.length_penalty is not None:
+            decoding["length_penalty"] = choice.length_penalty
         hypotheses = translator.translate(
-            sources, batch_size=batch_size, progress=progress, **generate_kwargs, length_penalty=alpha
+            sources, batch_size=batch_size, progress=progress, **generate_kwargs, **decoding
         )
-        bleu[alpha] = corpus_bleu(hypotheses, references)
-    return LengthPenaltySearch(bleu)
+        bleu[choice] = corpus_bleu(hypotheses, references)
+    return DecodingSearch(bleu)
 
 
 def generation_config_file(model_dir: str | Path) -> Path:
@@ -92,15 +122,19 @@ def generation_config_file(model_dir: str | Path) -> Path:
     return path
 
 
-def save_length_penalty(model_dir: str | Path, alpha: float) -> Path:
-    """Write `alpha` as the length penalty of the generation config in `model_dir` (a model folder or an
-    export), so that every later translation with it uses it; returns the file written.
+def save_decoding(model_dir: str | Path, choice: DecodingChoice) -> Path:
+    """Write `choice`'s beam size and length penalty into the generation config in `model_dir` (a model
+    folder or an export), so that every later translation with it uses them; returns the file written. For
+    greedy decoding the beam-only settings are unset, as transformers saves no greedy config with them.
 
     Raises:
         FileNotFoundError: `model_dir` is not a local folder with a generation config.
     """
     path = generation_config_file(model_dir)
     config = GenerationConfig.from_pretrained(path.parent)
-    config.length_penalty = alpha
+    config.num_beams = choice.num_beams
+    config.length_penalty = choice.length_penalty
+    if choice.num_beams == 1:
+        config.early_stopping = None
     config.save_pretrained(path.parent)
     return path

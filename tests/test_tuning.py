@@ -1,5 +1,5 @@
-"""Choosing the length penalty on a dev set (Section 6.1): the alpha whose translations score best is the
-one chosen and saved, and a later load of the model decodes with it."""
+"""Choosing the beam size and length penalty on a dev set (Section 6.1): the choice whose translations score
+best is the one chosen and saved, and a later load of the model decodes with it."""
 
 from pathlib import Path
 
@@ -11,7 +11,7 @@ from hf_vanilla_transformer.commands.tune import main as tune_main
 from hf_vanilla_transformer.engines import load_translator
 from hf_vanilla_transformer.evaluation import corpus_bleu
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.tuning import save_length_penalty, search_length_penalty
+from hf_vanilla_transformer.tuning import DecodingChoice, save_decoding, search_decoding
 
 REFERENCES = [
     "Ein Hund rennt durch den grünen Park am Morgen .",
@@ -20,50 +20,59 @@ REFERENCES = [
 ]
 
 
-class ShortBelowOne:
-    """Translates to the reference itself when alpha is at least 1, and to its first half below: a model
-    whose outputs grow with the length penalty. Records the alphas it was asked for, and the beam sizes."""
+class ShortBelowOneOrNarrow:
+    """Translates to the reference itself when alpha is at least 1 and the beam at least 4, and to its first
+    half otherwise: a model whose outputs grow with the length penalty and the beam. Records each call's
+    beam size and alpha (None where the call gave none), and the other settings it was given."""
 
     def __init__(self) -> None:
-        self.asked: list[float] = []
-        self.beams: list[int | None] = []
+        self.asked: list[tuple[int, float | None]] = []
+        self.other_settings: list[dict] = []
 
-    def translate(self, sentences, **generate_kwargs):
-        alpha = generate_kwargs["length_penalty"]
-        self.asked.append(alpha)
-        self.beams.append(generate_kwargs.get("num_beams"))
+    def translate(self, sentences, *, batch_size, progress, num_beams, length_penalty=None, **others):
+        self.asked.append((num_beams, length_penalty))
+        self.other_settings.append(others)
         halves = [" ".join(r.split()[: len(r.split()) // 2]) for r in REFERENCES]
-        return list(REFERENCES) if alpha >= 1 else halves
+        return list(REFERENCES) if num_beams >= 4 and (length_penalty or 0) >= 1 else halves
 
 
-def test_the_best_scoring_alpha_is_chosen_first_tried_on_ties():
-    translator = ShortBelowOne()
-    search = search_length_penalty(translator, ["a", "b", "c"], REFERENCES, [0.6, 1.5, 1.0, 0.6])
-    assert translator.asked == [0.6, 1.5, 1.0]  # each alpha translated once, in the order given
-    assert search.bleu[1.5].score == search.bleu[1.0].score == pytest.approx(100)
-    assert search.bleu[0.6].score < 50 and search.bleu[0.6].brevity_penalty < 1
-    assert search.best == 1.5
+def test_the_best_scoring_choice_is_chosen_first_tried_on_ties():
+    translator = ShortBelowOneOrNarrow()
+    search = search_decoding(translator, ["a", "b", "c"], REFERENCES, [1, 2, 4], [0.6, 1.5, 1.0, 0.6])
+    # Beam by beam, each alpha once in the order given; greedy decoding once, with no alpha.
+    assert translator.asked == [(1, None), (2, 0.6), (2, 1.5), (2, 1.0), (4, 0.6), (4, 1.5), (4, 1.0)]
+    assert list(search.bleu) == [DecodingChoice(*asked) for asked in translator.asked]
+    full = search.bleu[DecodingChoice(4, 1.5)], search.bleu[DecodingChoice(4, 1.0)]
+    assert full[0].score == full[1].score == pytest.approx(100)
+    halves = [search.bleu[DecodingChoice(*asked)] for asked in translator.asked[:5]]
+    assert all(bleu.score < 50 and bleu.brevity_penalty < 1 for bleu in halves)
+    assert search.best == DecodingChoice(4, 1.5)
+    assert str(search.best) == "beam 4, length penalty 1.5"
+    assert str(DecodingChoice(1, None)) == "beam 1 (greedy)"
 
 
 def test_other_decoding_settings_reach_every_translation():
-    translator = ShortBelowOne()
-    search_length_penalty(translator, ["a", "b", "c"], REFERENCES, [0.6, 1.0], num_beams=5)
-    assert translator.beams == [5, 5]
-    with pytest.raises(ValueError, match="sets length_penalty itself"):
-        search_length_penalty(translator, ["a", "b", "c"], REFERENCES, [0.6], length_penalty=2.0)
+    translator = ShortBelowOneOrNarrow()
+    search_decoding(translator, ["a", "b", "c"], REFERENCES, [1, 4], [0.6, 1.0], max_new_tokens=5)
+    assert translator.other_settings == [{"max_new_tokens": 5}] * 3
+    for searched in ({"length_penalty": 2.0}, {"num_beams": 5}):
+        with pytest.raises(ValueError, match="sets .* itself"):
+            search_decoding(translator, ["a", "b", "c"], REFERENCES, [4], [0.6], **searched)
 
 
 @pytest.mark.parametrize(
-    ("alphas", "sources", "message"),
+    ("beams", "alphas", "sources", "message"),
     [
-        ([], ["a", "b", "c"], "at least one"),
-        ([0.6, -1], ["a", "b", "c"], "0 or more"),
-        ([1], ["a"], "line-aligned"),
+        ([4], [], ["a", "b", "c"], "at least one"),
+        ([], [0.6], ["a", "b", "c"], "at least one"),
+        ([4, 0], [0.6], ["a", "b", "c"], "1 or more"),
+        ([4], [0.6, -1], ["a", "b", "c"], "0 or more"),
+        ([4], [1], ["a"], "line-aligned"),
     ],
 )
-def test_bad_searches_are_refused(alphas, sources, message):
+def test_bad_searches_are_refused(beams, alphas, sources, message):
     with pytest.raises(ValueError, match=message):
-        search_length_penalty(ShortBelowOne(), sources, REFERENCES, alphas)
+        search_decoding(ShortBelowOneOrNarrow(), sources, REFERENCES, beams, alphas)
 
 
 @pytest.fixture
@@ -81,14 +90,20 @@ def model_dir(tmp_path: Path) -> Path:
     return tmp_path / "model"
 
 
-def test_save_changes_only_the_length_penalty(model_dir):
+def test_save_changes_only_the_beam_size_and_length_penalty(model_dir):
     before = GenerationConfig.from_pretrained(model_dir).to_dict()
-    save_length_penalty(model_dir, 1.3)
+    save_decoding(model_dir, DecodingChoice(5, 1.3))
     after = GenerationConfig.from_pretrained(model_dir).to_dict()
-    assert after.pop("length_penalty") == 1.3 and before.pop("length_penalty") != 1.3
+    assert (after.pop("num_beams"), after.pop("length_penalty")) == (5, 1.3)
+    assert (before.pop("num_beams"), before.pop("length_penalty")) != (5, 1.3)
     assert after == before
+    save_decoding(model_dir, DecodingChoice(1, None))  # transformers refuses beam-only settings with greedy
+    greedy = GenerationConfig.from_pretrained(model_dir).to_dict()
+    unset = greedy.pop("num_beams"), greedy.pop("length_penalty"), greedy.pop("early_stopping")
+    assert unset == (1, None, None)
+    assert greedy == {key: value for key, value in after.items() if key != "early_stopping"}
     with pytest.raises(FileNotFoundError, match="local model folder"):
-        save_length_penalty(model_dir.parent / "missing", 1.0)
+        save_decoding(model_dir.parent / "missing", DecodingChoice(4, 1.0))
 
 
 def tune_args(model_dir: Path, folder: Path, sources: list[str], references: list[str]) -> list[str]:
@@ -105,26 +120,36 @@ def tune_args(model_dir: Path, folder: Path, sources: list[str], references: lis
     ]
 
 
-def test_the_command_scores_real_translations_and_saves_the_best(model_dir, tmp_path, capsys):
+@pytest.mark.parametrize("beam_sizes", [None, [1, 3]])
+def test_the_command_scores_real_translations_and_saves_the_best(model_dir, tmp_path, capsys, beam_sizes):
     sources = ["A dog runs.", "Two men talk.", "A girl reads."]
     args = tune_args(model_dir, tmp_path, sources, REFERENCES)
-    tune_main([*args, "--length-penalties", "2.0", "0.6", "--save"])
+    beam_args = ["--beam-sizes", *map(str, beam_sizes)] if beam_sizes else []
+    tune_main([*args, *beam_args, "--length-penalties", "2.0", "0.6", "--save"])
     printed = capsys.readouterr().out
-    # The same search through the library; every translation names its alpha, so the saved one is moot.
+    # The same search through the library, and each choice's translations made afresh: every translation
+    # names its beam size and alpha, so the saved ones are moot.
     translator = load_translator(model_dir, "torch")
-    search = search_length_penalty(translator, sources, REFERENCES, [2.0, 0.6])
-    for alpha in (2.0, 0.6):
-        hypotheses = translator.translate(sources, length_penalty=alpha)
-        assert search.bleu[alpha] == corpus_bleu(hypotheses, REFERENCES)
-        assert f"length penalty {alpha:g}: {search.bleu[alpha]}" in printed
-    assert GenerationConfig.from_pretrained(model_dir).length_penalty == search.best
-    assert f"best on this dev set: length penalty {search.best:g}" in printed
+    search = search_decoding(translator, sources, REFERENCES, beam_sizes or [2], [2.0, 0.6])
+    expected = [(1, None), (3, 2.0), (3, 0.6)] if beam_sizes else [(2, 2.0), (2, 0.6)]
+    assert list(search.bleu) == [DecodingChoice(*choice) for choice in expected]
+    for choice, bleu in search.bleu.items():
+        alpha = {} if choice.length_penalty is None else {"length_penalty": choice.length_penalty}
+        hypotheses = translator.translate(sources, num_beams=choice.num_beams, **alpha)
+        assert bleu == corpus_bleu(hypotheses, REFERENCES)
+        assert f"{choice}: {bleu}" in printed
+    saved = GenerationConfig.from_pretrained(model_dir)
+    assert (saved.num_beams, saved.length_penalty) == search.best
+    assert f"best on this dev set: {search.best}" in printed
 
 
-def test_a_greedy_model_is_refused(model_dir, tmp_path):
+def test_a_greedy_model_is_refused_without_beam_sizes(model_dir, tmp_path, capsys):
     config = GenerationConfig.from_pretrained(model_dir)
     config.num_beams = 1
     config.save_pretrained(model_dir)
+    args = tune_args(model_dir, tmp_path, ["A dog runs."], ["Ein Hund rennt."])
     with pytest.raises(SystemExit) as exit_info:
-        tune_main(tune_args(model_dir, tmp_path, ["A dog runs."], ["Ein Hund rennt."]))
-    assert exit_info.value.code == 2
+        tune_main(args)
+    assert exit_info.value.code == 2 and "give --beam-sizes" in capsys.readouterr().err
+    tune_main([*args, "--beam-sizes", "2", "--length-penalties", "1"])
+    assert "beam 2, length penalty 1: BLEU" in capsys.readouterr().out

@@ -1,10 +1,11 @@
-"""Choose the length penalty (alpha) on the development set, as the paper did (Section 6.1): translate the
-dev set once per alpha and compare sacreBLEU; `--save` writes the best into the model's generation config.
+"""Choose the length penalty (alpha), and the beam size with `--beam-sizes`, on the development set, as the
+paper did (Section 6.1): translate the dev set once per choice and compare sacreBLEU; `--save` writes the
+best into the model's generation config.
 
     vanilla-transformer tune --model runs/demo/model --source data/multi30k/val.en \\
         --reference data/multi30k/val.de --save
     vanilla-transformer tune --model runs/demo/ct2 --source val.en --reference val.de \\
-        --length-penalties 0.6 1 2
+        --beam-sizes 1 4 8 --length-penalties 0.6 1 2
 
 Use a dev set, never the test set.
 """
@@ -25,8 +26,8 @@ from ..engines import detect_engine, load_translator
 from ..tuning import (
     DEFAULT_LENGTH_PENALTIES,
     generation_config_file,
-    save_length_penalty,
-    search_length_penalty,
+    save_decoding,
+    search_decoding,
 )
 
 
@@ -42,16 +43,24 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         default=list(DEFAULT_LENGTH_PENALTIES),
         help="the alphas to try (default: %(default)s)",
     )
+    parser.add_argument(
+        "--beam-sizes",
+        type=positive_int,
+        nargs="+",
+        help="the beam sizes to try, each with every alpha (default: the model's own; 1 decodes greedily)",
+    )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="sentences per generate() call")
     parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
     parser.add_argument(
-        "--save", action="store_true", help="write the best alpha into the model folder's generation config"
+        "--save",
+        action="store_true",
+        help="write the best alpha (and beam size) into the model folder's generation config",
     )
     return parser
 
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
-    """Print the dev BLEU of every alpha tried and the best; with `--save`, write the best."""
+    """Print the dev BLEU of every choice tried and the best; with `--save`, write the best."""
     sources = input_lines(args.source, "--source", parser)
     references = input_lines(args.reference, "--reference", parser)
     for flag, lines, path in (
@@ -66,19 +75,26 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         if args.threads is not None:
             torch.set_num_threads(args.threads)
         translator = load_translator(args.model, detect_engine(args.model), threads=args.threads or 0)
-        if (translator.model.generation_config.num_beams or 1) == 1:
+        beam_sizes = args.beam_sizes or [translator.model.generation_config.num_beams or 1]
+        if not args.beam_sizes and beam_sizes == [1]:
             raise ValueError(
-                f"{args.model} decodes greedily, where a length penalty changes nothing: set num_beams in "
-                "its generation config (the paper's is 4)."
+                f"{args.model} decodes greedily, where a length penalty changes nothing: give --beam-sizes "
+                "(the paper's is 4), or set num_beams in its generation config."
             )
-        search = search_length_penalty(
-            translator, sources, references, args.length_penalties, batch_size=args.batch_size, progress=True
+        search = search_decoding(
+            translator,
+            sources,
+            references,
+            beam_sizes,
+            args.length_penalties,
+            batch_size=args.batch_size,
+            progress=True,
         )
-        for alpha, bleu in search.bleu.items():
-            print(f"length penalty {alpha:g}: {bleu}")
-        print(f"best on this dev set: length penalty {search.best:g}")
+        for choice, bleu in search.bleu.items():
+            print(f"{choice}: {bleu}")
+        print(f"best on this dev set: {search.best}")
         if args.save:
-            print(f"wrote length_penalty {search.best:g} into {save_length_penalty(args.model, search.best)}")
+            print(f"wrote {search.best} into {save_decoding(args.model, search.best)}")
 
 
 def main(argv: list[str] | None = None) -> int | None:
