@@ -335,6 +335,17 @@ class _OnnxEncoder(torch.nn.Module):
         return OnnxEncoderOutput(*(torch.from_numpy(output) for output in outputs))
 
 
+def _check_dynamic_new_tokens(folder: Path, decoder_session: Any) -> None:
+    """Refuse a decoder graph whose number of new tokens tracing fixed to the example's (torch.export
+    specializes a dimension that the traced code reads as a Python int): generate() feeds one token a step."""
+    for graph_input in decoder_session.get_inputs():
+        if graph_input.name == "decoder_input_ids" and isinstance(graph_input.shape[1], int):
+            raise ValueError(
+                f"The ONNX export in {folder} decodes exactly {graph_input.shape[1]} tokens a step, not one "
+                "at a time: export the model again (vanilla-transformer export --to onnx --force)."
+            )
+
+
 class OnnxSeq2SeqLM(PaperDecodingMixin, PreTrainedModel, GenerationMixin):
     """An ONNX export as a transformers model: `forward` runs `decoder.onnx` with the self-attention keys and
     values of the earlier steps from transformers' cache (one cache layer holding all layers, stacked), so
@@ -370,6 +381,7 @@ class OnnxSeq2SeqLM(PaperDecodingMixin, PreTrainedModel, GenerationMixin):
         self.encoder = _OnnxEncoder(session(ONNX_ENCODER_FILE), self.positions)
         self.decoder_session = session(ONNX_DECODER_FILE)
         self.decoder_inputs = {graph_input.name for graph_input in self.decoder_session.get_inputs()}
+        _check_dynamic_new_tokens(folder, self.decoder_session)
         self.post_init()
 
     @property

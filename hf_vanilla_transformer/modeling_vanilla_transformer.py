@@ -83,7 +83,8 @@ def _sinusoids(positions: torch.Tensor, dim: int, layout: str) -> torch.Tensor:
         inverse_frequencies = 10000.0 ** (-two_i / dim)
     angles = positions[:, None] * inverse_frequencies
     if layout == "paper":
-        table = torch.empty(len(positions), dim, dtype=torch.float64, device=positions.device)
+        # shape[0], not len(): under torch.export len() would fix the number of positions to the example's.
+        table = torch.empty(positions.shape[0], dim, dtype=torch.float64, device=positions.device)
         table[:, 0::2] = torch.sin(angles)
         table[:, 1::2] = torch.cos(angles)[:, : dim // 2]
     else:

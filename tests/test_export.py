@@ -327,7 +327,7 @@ def test_a_shortlist_restricts_outputs_to_its_tokens(exported, tmp_path, variant
 
 @needs_onnx
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["fairseq", "marian"])
+@pytest.mark.parametrize("variant", ["paper", "fairseq", "marian", "learned"])
 def test_onnx_export_gives_the_models_logits_step_by_step(exported, variant):
     """Teacher-forced logits of a padded batch: the PyTorch model in one call, the ONNX graphs as generate()
     runs them (the first steps together from an empty past, then one step at a time)."""
@@ -356,7 +356,7 @@ def test_onnx_export_gives_the_models_logits_step_by_step(exported, variant):
 
 @needs_onnx
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["fairseq", "marian"])
+@pytest.mark.parametrize("variant", ["paper", "fairseq", "marian", "learned"])
 def test_onnx_export_decodes_as_generate(exported, variant):
     _assert_decodes_as_generate(exported(variant), exported(variant, "onnx"))
 
@@ -736,6 +736,23 @@ def test_an_export_with_a_missing_or_damaged_file_is_refused_in_one_line(
     (tmp_path / "src.en").write_text("w1 w2\n", encoding="utf-8")
     error = _translate_error(capsys, "--model", str(folder), "--input", str(tmp_path / "src.en"))
     assert "a file is missing or damaged" in error
+
+
+@needs_onnx
+def test_an_onnx_export_of_a_fixed_number_of_new_tokens_is_refused_in_one_line(exported, tmp_path, capsys):
+    import onnx
+
+    folder = tmp_path / "export"
+    shutil.copytree(exported("paper", "onnx"), folder)
+    graph = onnx.load(str(folder / ONNX_DECODER_FILE), load_external_data=False)
+    (decoder_input_ids,) = (value for value in graph.graph.input if value.name == "decoder_input_ids")
+    decoder_input_ids.type.tensor_type.shape.dim[1].dim_value = 2  # what a specialized trace leaves
+    onnx.save(graph, str(folder / ONNX_DECODER_FILE))
+    with pytest.raises(ValueError, match=f"The ONNX export in {folder} decodes exactly 2 tokens a step"):
+        load_translator(folder)
+    (tmp_path / "src.en").write_text("w1 w2\n", encoding="utf-8")
+    error = _translate_error(capsys, "--model", str(folder), "--input", str(tmp_path / "src.en"))
+    assert "export the model again" in error
 
 
 @pytest.mark.parametrize(
