@@ -74,8 +74,8 @@ def final_scores(
     results["length_penalty"] = model.generation_config.length_penalty
     if test is not None:
         bleu, hypotheses = _scored(translator, test, num_beams, batch_size)
-        alpha = model.generation_config.length_penalty if num_beams > 1 else None
-        _log_bleu("test", bleu, len(test[0]), DecodingChoice(num_beams, alpha))
+        decoding = DecodingChoice.of(num_beams, model.generation_config.length_penalty)
+        _log_bleu("test", bleu, len(test[0]), decoding)
         results.update(test_set=test_set, test_sentences=len(test[0]), bleu=bleu.score)
         results["bleu_signature"] = bleu.signature
         results["samples"] = [

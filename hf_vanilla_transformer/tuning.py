@@ -30,6 +30,17 @@ class DecodingChoice(NamedTuple):
     num_beams: int
     length_penalty: float | None
 
+    @classmethod
+    def of(cls, num_beams: int, length_penalty: float) -> "DecodingChoice":
+        """The choice of `num_beams` with `length_penalty`, which greedy decoding drops."""
+        return cls(num_beams, None if num_beams == 1 else length_penalty)
+
+    def generate_kwargs(self) -> dict[str, int | float]:
+        """The settings to pass to `generate()`; greedy decoding passes no length penalty."""
+        if self.length_penalty is None:
+            return {"num_beams": self.num_beams}
+        return {"num_beams": self.num_beams, "length_penalty": self.length_penalty}
+
     def __str__(self) -> str:
         if self.length_penalty is None:
             return f"beam {self.num_beams} (greedy)"
@@ -87,18 +98,11 @@ def search_decoding(
             f"{len(sources)} source sentences but {len(references)} references: give line-aligned files."
         )
     alphas = list(dict.fromkeys(float(value) for value in length_penalties))
-    choices = dict.fromkeys(
-        DecodingChoice(size, None) if size == 1 else DecodingChoice(size, alpha)
-        for size in beam_sizes
-        for alpha in alphas
-    )
+    choices = dict.fromkeys(DecodingChoice.of(size, alpha) for size in beam_sizes for alpha in alphas)
     bleu = {}
     for choice in choices:
-        decoding = {"num_beams": choice.num_beams}
-        if choice.length_penalty is not None:
-            decoding["length_penalty"] = choice.length_penalty
         hypotheses = translator.translate(
-            sources, batch_size=batch_size, progress=progress, **generate_kwargs, **decoding
+            sources, batch_size=batch_size, progress=progress, **generate_kwargs, **choice.generate_kwargs()
         )
         bleu[choice] = corpus_bleu(hypotheses, references)
     return DecodingSearch(bleu)
