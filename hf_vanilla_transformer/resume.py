@@ -123,6 +123,9 @@ _MAY_CHANGE_ON_RESUME = frozenset(
 # its own tokenizer, whatever the vocabulary size asked for.
 _NOT_THE_RECIPE = frozenset(("model_preset", "model_overrides", "vocab_size"))
 
+# Recipe fields that a run folder's record may lack, with the value every such run trained with.
+_RECIPE_DEFAULTS = {"weight_decay": 0.0}
+
 
 def recipe_record(preset: str, seed: int, recipe: TrainingPreset, world_size: int) -> dict[str, Any]:
     """What `training_recipe.json` records of a run: its preset, seed, number of processes and recipe."""
@@ -139,7 +142,7 @@ def check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
     recorded_file = output_dir / RECIPE_FILE
     if not recorded_file.is_file():
         return
-    recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+    recorded = {**_RECIPE_DEFAULTS, **json.loads(recorded_file.read_text(encoding="utf-8"))}
     world_size = recorded.get("world_size", record["world_size"])
     if world_size != record["world_size"]:
         raise ValueError(

@@ -70,19 +70,35 @@ def build_paper_optimizer(
     lr: float = 1.0,
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
-) -> torch.optim.Adam:
+    weight_decay: float = 0.0,
+) -> torch.optim.Adam | torch.optim.AdamW:
     """Adam with beta1 = 0.9, beta2 = 0.98 and epsilon = 1e-9 (Section 5.3), over the trainable parameters.
 
     ``lr`` is only a placeholder: ``get_noam_schedule`` replaces it with Eq. 3 as soon as it is created. Pass
     both to ``Trainer(optimizers=(optimizer, scheduler))``.
+
+    ``weight_decay`` is not part of the paper's recipe (0, the default, is its plain Adam). Above 0 the
+    optimizer is AdamW (Loshchilov and Hutter, 2019): every update also shrinks each weight matrix
+    (projections and the shared embedding) by ``lr * weight_decay``, so the decay follows Eq. 3's schedule;
+    biases and layer-norm gains and shifts are not decayed.
     """
     parameters = [p for p in model.parameters() if p.requires_grad]
     if not parameters:
         raise ValueError("The model has no trainable parameters (every parameter has requires_grad=False).")
     if not math.isfinite(lr) or lr <= 0:
         raise ValueError(f"lr must be a positive finite number, got {lr}.")
+    if not math.isfinite(weight_decay) or weight_decay < 0:
+        raise ValueError(f"weight_decay must be a finite number of 0 or more, got {weight_decay}.")
     # One fused kernel for all parameters rather than a handful of whole-tensor passes over each, with the
     # same update rule. It needs every parameter on one CPU or CUDA device.
     devices = {p.device for p in parameters}
     fused = len(devices) == 1 and next(iter(devices)).type in ("cpu", "cuda")
-    return torch.optim.Adam(parameters, lr=lr, betas=betas, eps=eps, fused=fused)
+    if weight_decay == 0:
+        return torch.optim.Adam(parameters, lr=lr, betas=betas, eps=eps, fused=fused)
+    groups = [
+        {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        [group for group in groups if group["params"]], lr=lr, betas=betas, eps=eps, fused=fused
+    )

@@ -104,6 +104,7 @@ class TrainingSettings:
     average_checkpoints: int | None = None
     eval_steps: int | None = None
     lr_scale: float | None = None
+    weight_decay: float | None = None
     max_length: int | None = None
     max_minutes: float | None = None
     long_pairs: str = "filter"
@@ -465,7 +466,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         predict_with_generate=settings.eval_bleu,
         generation_num_beams=settings.num_beams,
     )
-    optimizer = build_paper_optimizer(model)
+    optimizer = build_paper_optimizer(model, weight_decay=recipe.weight_decay)
     scheduler = get_noam_schedule(optimizer, model.config.d_model, recipe.warmup_steps, recipe.lr_scale)
     clock = TrainingClock(recipe.max_minutes)
     trainer = TokenBudgetSeq2SeqTrainer(

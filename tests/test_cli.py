@@ -173,6 +173,11 @@ BAD_INPUTS = {
         "depth",
     ),
     "train: max steps 0": ("train", ["--output-dir", "out", "--max-steps", "0"], "--max-steps"),
+    "train: negative weight decay": (
+        "train",
+        ["--output-dir", "out", "--weight-decay", "-0.1"],
+        "--weight-decay",
+    ),
     "tune: missing dev file": (
         "tune",
         ["--model", "MODEL", "--source", "MISSING", "--reference", "MISSING"],

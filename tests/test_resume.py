@@ -224,3 +224,18 @@ def test_a_gpu_run_uses_half_precision_tf32_and_workers(corpus, tmp_path):
     if torch.cuda.get_device_capability()[0] >= 8:  # TF32 exists from Ampere on
         assert torch.backends.fp32_precision == "tf32"
     assert clock(tmp_path / "checkpoint-2")["target_tokens"] > 0
+
+
+def test_recipes_recorded_without_weight_decay_resume_only_without_it(corpus, tmp_path):
+    """A record with no weight decay is a run trained with the paper's Adam: it resumes as such, and a
+    resume that asks for weight decay would change the update rule midway."""
+    run = settings(corpus, tmp_path)
+    record = resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=1)
+    del record["weight_decay"]
+    (tmp_path / resume.RECIPE_FILE).write_text(json.dumps(record))
+    resume.check_same_recipe(tmp_path, resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=1))
+    decayed = replace(run, weight_decay=0.1)
+    with pytest.raises(ValueError, match="weight_decay: 0.0 in the run, 0.1 now"):
+        resume.check_same_recipe(
+            tmp_path, resume.recipe_record(run.preset, run.seed, decayed.recipe(), world_size=1)
+        )

@@ -114,3 +114,35 @@ def test_paper_optimizer_updates_follow_adam():
         m_hat, v_hat = m / (1 - 0.9**t), v / (1 - 0.98**t)
         expected -= 0.01 * m_hat / (v_hat.sqrt() + 1e-9)
         torch.testing.assert_close(parameter.detach(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_without_weight_decay_the_optimizer_is_the_papers_adam():
+    assert type(build_paper_optimizer(nn.Linear(3, 2))) is torch.optim.Adam
+
+
+def test_weight_decay_shrinks_weight_matrices_by_lr_times_decay_and_nothing_else():
+    """Decoupled weight decay (Loshchilov and Hutter, 2019, Algorithm 2): with zero gradients Adam's own step
+    is 0, so an update multiplies every weight matrix by exactly 1 - lr * weight_decay, at Eq. 3's lr of that
+    update, and leaves biases and layer-norm parameters as they are."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 4), nn.LayerNorm(4)).double()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = build_paper_optimizer(model, weight_decay=0.1)
+    scheduler = get_noam_schedule(optimizer, d_model=4, warmup_steps=3, scale=2.0)
+    shrink = 1.0
+    for step in (1, 2, 3):
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        scheduler.step()
+        shrink *= 1 - formula(step, 4, 3, 2.0) * 0.1
+    for name, p in model.named_parameters():
+        expected = before[name] * shrink if p.dim() >= 2 else before[name]
+        torch.testing.assert_close(p.detach(), expected, rtol=1e-12, atol=0)
+    assert shrink < 0.9  # the decay is large enough for the check to tell decayed weights from kept ones
+
+
+@pytest.mark.parametrize("weight_decay", [-0.1, math.nan, math.inf])
+def test_paper_optimizer_rejects_bad_weight_decay(weight_decay):
+    with pytest.raises(ValueError, match="weight_decay must be a finite number of 0 or more"):
+        build_paper_optimizer(nn.Linear(2, 2), weight_decay=weight_decay)

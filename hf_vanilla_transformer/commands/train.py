@@ -28,6 +28,7 @@ from transformers.integrations.integration_utils import (
 from ..cli import (
     ArgumentParser,
     check_writable,
+    non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
@@ -189,6 +190,11 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     training.add_argument("--warmup-steps", type=positive_int, help="warm-up of the learning rate (Eq. 3)")
     training.add_argument("--lr-scale", type=positive_float, help="factor on the learning rate of Eq. 3")
+    training.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        help="decoupled weight decay on the weight matrices (AdamW); 0: the paper's Adam",
+    )
     training.add_argument("--save-steps", type=positive_int, help="updates between checkpoints")
     training.add_argument("--keep-checkpoints", type=positive_int, help="checkpoints kept on disk")
     training.add_argument(
