@@ -36,7 +36,13 @@ class TrainingPreset:
 
 
 CPU_SHAPE = {"d_model": 256, "N": 3, "h": 4, "d_ff": 1024}
-CPU_MODEL = {**CPU_SHAPE, "dropout": 0.2, "attention_dropout": 0.1, "activation_dropout": 0.1}
+CPU_MODEL = {
+    **CPU_SHAPE,
+    "dropout": 0.2,
+    "attention_dropout": 0.1,
+    "activation_dropout": 0.1,
+    "label_smoothing": 0.2,
+}
 DEMO_MODEL = {**CPU_SHAPE, "d_ff": 512}
 
 TRAINING_PRESETS: dict[str, TrainingPreset] = {
@@ -58,9 +64,10 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # sublayers and embeddings, and 0.1 on the attention weights and the ReLU's output (0.3 learned too
     # slowly to pay off within these steps). Weight decay (AdamW) 0.3 gave the largest gain on the dev set,
     # from the first thousand steps on: dev BLEU 39.00, against 38.61 with 0.1, 38.59 with 0.5 and 37.38
-    # with none. The last 5 checkpoints averaged, written every 500 steps so that they span the last third
-    # of training. A smaller model (d_model 128, 4 + 4 layers, d_ff 256, dropout 0.3) takes half the time a
-    # step but learned less in the same time.
+    # with none. Label smoothing 0.2, twice the paper's, scored above 0.1 on the dev set at every alpha
+    # (39.55 against 39.00 at the chosen one). The last 5 checkpoints averaged, written every 500 steps so
+    # that they span the last third of training. A smaller model (d_model 128, 4 + 4 layers, d_ff 256,
+    # dropout 0.3) takes half the time a step but learned less in the same time.
     "cpu": TrainingPreset(
         model_preset="base",
         model_overrides=CPU_MODEL,
