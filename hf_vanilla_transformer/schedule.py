@@ -8,6 +8,11 @@ the peak ``noam_lr(warmup_steps)`` is used by update number ``warmup_steps``.
 ``transformers.Trainer``'s ``lr_scheduler_type="inverse_sqrt"`` with ``warmup_steps=W`` and
 ``learning_rate=scale * d_model**-0.5 * W**-0.5`` evaluates Eq. 3 at ``counter`` instead: the same curve one
 update late, with lr 0 for the first update.
+
+``cooldown_steps`` (not in the paper, 0 by default) scales the last updates of a run of ``total_steps``
+down linearly towards 0, as warm-up-stable-decay schedules do (Hu et al., 2024; Hägele et al., 2024): Eq. 3
+ends a short run at a learning rate still well above zero, and the cool-down settles the weights within
+the run's budget.
 """
 
 import math
@@ -34,22 +39,56 @@ def noam_lr(step: int, d_model: int, warmup_steps: int = 4000, scale: float = 1.
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
-def _noam_factor(counter: int, d_model: int, warmup_steps: int, scale: float, base_lr: float) -> float:
+def cooldown_factor(step: int, total_steps: int, cooldown_steps: int) -> float:
+    """Factor on the learning rate of update ``step`` (1-based) of ``total_steps``: 1 until the last
+    ``C = cooldown_steps`` updates, which it scales by C/C, (C-1)/C, ..., 1/C, so that the last update still
+    moves the weights; 0 after the last update."""
+    if cooldown_steps < 0 or cooldown_steps > total_steps:
+        raise ValueError(
+            f"cooldown_steps must be between 0 and the run's {total_steps} steps, got {cooldown_steps}."
+        )
+    if cooldown_steps == 0:
+        return 1.0
+    return min(1.0, max(0.0, (total_steps - step + 1) / cooldown_steps))
+
+
+def _noam_factor(
+    counter: int,
+    d_model: int,
+    warmup_steps: int,
+    scale: float,
+    base_lr: float,
+    total_steps: int,
+    cooldown_steps: int,
+) -> float:
     # LambdaLR multiplies the factor by the group's initial lr; dividing by it makes the optimizer's own lr
-    # irrelevant, so the effective lr is exactly Eq. 3.
-    return noam_lr(counter + 1, d_model, warmup_steps, scale) / base_lr
+    # irrelevant, so the effective lr is exactly Eq. 3 (times the cool-down).
+    step = counter + 1
+    return (
+        noam_lr(step, d_model, warmup_steps, scale)
+        * cooldown_factor(step, total_steps, cooldown_steps)
+        / base_lr
+    )
 
 
 def get_noam_schedule(
-    optimizer: torch.optim.Optimizer, d_model: int, warmup_steps: int = 4000, scale: float = 1.0
+    optimizer: torch.optim.Optimizer,
+    d_model: int,
+    warmup_steps: int = 4000,
+    scale: float = 1.0,
+    *,
+    total_steps: int = 0,
+    cooldown_steps: int = 0,
 ) -> LambdaLR:
     """LambdaLR following Section 5.3, Eq. 3, whatever lr the optimizer was built with.
 
     After creation every param group's lr is ``noam_lr(1, ...)``; after the k-th ``scheduler.step()`` it is
     ``noam_lr(k + 1, ...)`` (see the module docstring for the step convention). Call ``scheduler.step()``
-    once after every ``optimizer.step()``, as ``transformers.Trainer`` does.
+    once after every ``optimizer.step()``, as ``transformers.Trainer`` does. With ``cooldown_steps``, the
+    last that many of ``total_steps`` updates are also scaled by ``cooldown_factor``.
     """
     noam_lr(1, d_model, warmup_steps, scale)  # validates the arguments before the optimizer is touched
+    cooldown_factor(1, total_steps, cooldown_steps)
     factors = []
     for index, group in enumerate(optimizer.param_groups):
         # LambdaLR scales "initial_lr" when it is already set (e.g. by an earlier scheduler), else "lr".
@@ -60,7 +99,15 @@ def get_noam_schedule(
                 "needs it to be positive (any positive value works, e.g. build_paper_optimizer's default)."
             )
         factors.append(
-            partial(_noam_factor, d_model=d_model, warmup_steps=warmup_steps, scale=scale, base_lr=base_lr)
+            partial(
+                _noam_factor,
+                d_model=d_model,
+                warmup_steps=warmup_steps,
+                scale=scale,
+                base_lr=base_lr,
+                total_steps=total_steps,
+                cooldown_steps=cooldown_steps,
+            )
         )
     return LambdaLR(optimizer, lr_lambda=factors)
 

@@ -105,6 +105,7 @@ class TrainingSettings:
     eval_steps: int | None = None
     lr_scale: float | None = None
     weight_decay: float | None = None
+    cooldown_steps: int | None = None
     max_length: int | None = None
     max_minutes: float | None = None
     long_pairs: str = "filter"
@@ -141,6 +142,11 @@ class TrainingSettings:
         ):
             if getattr(recipe, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(recipe, name)}.")
+        if not 0 <= recipe.cooldown_steps <= recipe.max_steps:
+            raise ValueError(
+                f"cooldown_steps must be between 0 and max_steps ({recipe.max_steps}), got "
+                f"{recipe.cooldown_steps}: the cool-down is the last part of the run."
+            )
         if recipe.average_checkpoints > recipe.keep_checkpoints:
             raise ValueError(
                 f"average_checkpoints ({recipe.average_checkpoints}) exceeds keep_checkpoints "
@@ -467,7 +473,14 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         generation_num_beams=settings.num_beams,
     )
     optimizer = build_paper_optimizer(model, weight_decay=recipe.weight_decay)
-    scheduler = get_noam_schedule(optimizer, model.config.d_model, recipe.warmup_steps, recipe.lr_scale)
+    scheduler = get_noam_schedule(
+        optimizer,
+        model.config.d_model,
+        recipe.warmup_steps,
+        recipe.lr_scale,
+        total_steps=recipe.max_steps,
+        cooldown_steps=recipe.cooldown_steps,
+    )
     clock = TrainingClock(recipe.max_minutes)
     trainer = TokenBudgetSeq2SeqTrainer(
         model=model,

@@ -178,6 +178,11 @@ BAD_INPUTS = {
         ["--output-dir", "out", "--weight-decay", "-0.1"],
         "--weight-decay",
     ),
+    "train: negative cool-down": (
+        "train",
+        ["--output-dir", "out", "--cooldown-steps", "-5"],
+        "--cooldown-steps",
+    ),
     "tune: missing dev file": (
         "tune",
         ["--model", "MODEL", "--source", "MISSING", "--reference", "MISSING"],

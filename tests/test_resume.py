@@ -180,6 +180,8 @@ def test_refused_settings(corpus, tmp_path):
         run_training(settings(corpus, tmp_path / "a", average_checkpoints=4, keep_checkpoints=3))
     with pytest.raises(ValueError, match="dataloader_workers must be 0"):
         run_training(settings(corpus, tmp_path / "b", dataloader_workers=-1))
+    with pytest.raises(ValueError, match=r"cooldown_steps must be between 0 and max_steps \(2\), got 3"):
+        run_training(settings(corpus, tmp_path / "c", max_steps=2, cooldown_steps=3))
     with pytest.raises(ValueError, match="eval_bleu scores the dev set"):
         run_training(settings(corpus, tmp_path / "c", eval_bleu=True))
     assert not any((tmp_path / name).exists() for name in "abc")
@@ -226,16 +228,21 @@ def test_a_gpu_run_uses_half_precision_tf32_and_workers(corpus, tmp_path):
     assert clock(tmp_path / "checkpoint-2")["target_tokens"] > 0
 
 
-def test_recipes_recorded_without_weight_decay_resume_only_without_it(corpus, tmp_path):
-    """A record with no weight decay is a run trained with the paper's Adam: it resumes as such, and a
-    resume that asks for weight decay would change the update rule midway."""
-    run = settings(corpus, tmp_path)
+@pytest.mark.parametrize(
+    ("field", "paper_value", "other_value"), [("weight_decay", 0.0, 0.1), ("cooldown_steps", 0, 1)]
+)
+def test_recipes_recorded_without_a_later_field_resume_only_with_the_papers_value(
+    corpus, tmp_path, field, paper_value, other_value
+):
+    """A record without weight decay or a cool-down is a run trained with the paper's Adam and Eq. 3: it
+    resumes as such, and a resume that asks for either would change the update rule midway."""
+    run = settings(corpus, tmp_path, **{field: paper_value})
     record = resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=1)
-    del record["weight_decay"]
+    del record[field]
     (tmp_path / resume.RECIPE_FILE).write_text(json.dumps(record))
     resume.check_same_recipe(tmp_path, resume.recipe_record(run.preset, run.seed, run.recipe(), world_size=1))
-    decayed = replace(run, weight_decay=0.1)
-    with pytest.raises(ValueError, match="weight_decay: 0.0 in the run, 0.1 now"):
+    changed = replace(run, **{field: other_value})
+    with pytest.raises(ValueError, match=f"{field}: {paper_value} in the run, {other_value} now"):
         resume.check_same_recipe(
-            tmp_path, resume.recipe_record(run.preset, run.seed, decayed.recipe(), world_size=1)
+            tmp_path, resume.recipe_record(run.preset, run.seed, changed.recipe(), world_size=1)
         )

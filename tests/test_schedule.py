@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from hf_vanilla_transformer.schedule import build_paper_optimizer, get_noam_schedule, noam_lr
+from hf_vanilla_transformer.schedule import build_paper_optimizer, cooldown_factor, get_noam_schedule, noam_lr
 
 
 def formula(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -52,6 +52,41 @@ def test_schedule_sets_eq_3_before_every_update(optimizer_lr):
         optimizer.step()
         optimizer.zero_grad()
         scheduler.step()
+
+
+def test_cooldown_takes_the_last_updates_linearly_towards_zero():
+    """Eq. 3 until the last C updates, then Eq. 3 times C/C, (C-1)/C, ..., 1/C: the last update still moves
+    the weights, and a scheduler step after it sets lr 0."""
+    total, cooldown = 12, 4
+    model = nn.Linear(3, 2)
+    optimizer = build_paper_optimizer(model)
+    scheduler = get_noam_schedule(
+        optimizer, d_model=16, warmup_steps=5, scale=0.5, total_steps=total, cooldown_steps=cooldown
+    )
+    used = []
+    for _ in range(total):
+        used.append(optimizer.param_groups[0]["lr"])
+        model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        scheduler.step()
+    factors = [1.0] * (total - cooldown) + [4 / 4, 3 / 4, 2 / 4, 1 / 4]
+    expected = [formula(update, 16, 5, 0.5) * factors[update - 1] for update in range(1, total + 1)]
+    assert used == pytest.approx(expected, rel=1e-12)
+    assert optimizer.param_groups[0]["lr"] == 0.0
+
+
+def test_without_cooldown_the_schedule_is_eq_3_to_the_end():
+    assert [cooldown_factor(step, 10, 0) for step in range(1, 12)] == [1.0] * 11
+
+
+@pytest.mark.parametrize("cooldown_steps", [-1, 11])
+def test_cooldown_longer_than_the_run_or_negative_is_refused(cooldown_steps):
+    optimizer = build_paper_optimizer(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="cooldown_steps must be between 0 and the run's 10 steps"):
+        get_noam_schedule(
+            optimizer, d_model=16, warmup_steps=5, total_steps=10, cooldown_steps=cooldown_steps
+        )
 
 
 def test_schedule_state_round_trips():

@@ -257,6 +257,26 @@ def test_time_budget_stops_with_a_checkpoint(corpus, tmp_path):
     assert (tmp_path / f"checkpoint-{results['steps']}" / "trainer_state.json").exists()
 
 
+def test_cooldown_steps_reach_the_trainers_updates(corpus, tmp_path):
+    """With cooldown_steps C of T updates, the Trainer makes its last C updates at Eq. 3 times (T-k+1)/C:
+    the last at 1/C of Eq. 3. The Trainer logs with each update the learning rate that update used."""
+    total, cooldown, warmup, scale = 6, 3, 2, 0.3  # the cpu-demo preset's lr_scale
+    run_training(
+        settings(
+            corpus, tmp_path, max_steps=total, cooldown_steps=cooldown, warmup_steps=warmup, save_steps=total
+        )
+    )
+    history = json.loads((tmp_path / f"checkpoint-{total}" / "trainer_state.json").read_text())["log_history"]
+    logged = {entry["step"]: entry["learning_rate"] for entry in history if "learning_rate" in entry}
+
+    def expected(update: int) -> float:
+        eq_3 = scale * 32**-0.5 * min(update**-0.5, update * warmup**-1.5)
+        return eq_3 * max(0.0, min(1.0, (total - update + 1) / cooldown))
+
+    assert logged == pytest.approx({update: expected(update) for update in range(1, total + 1)}, rel=1e-6)
+    assert logged[total] == pytest.approx(logged[total - 2] / 3 * (total - 2) ** 0.5 / total**0.5, rel=1e-6)
+
+
 def test_fine_tuning_starts_from_the_pretrained_model_and_its_tokenizer(corpus, tmp_path):
     pretrained = tmp_path / "pretrained"
     run_training(settings(corpus, pretrained, max_steps=3, average_checkpoints=1))

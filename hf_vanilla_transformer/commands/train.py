@@ -195,6 +195,12 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         type=non_negative_float,
         help="decoupled weight decay on the weight matrices (AdamW); 0: the paper's Adam",
     )
+    training.add_argument(
+        "--cooldown-steps",
+        type=non_negative_int,
+        help="take the learning rate of the last this many updates linearly towards 0 (not reached if "
+        "--max-minutes stops the run first); 0: the paper's Eq. 3 to the end",
+    )
     training.add_argument("--save-steps", type=positive_int, help="updates between checkpoints")
     training.add_argument("--keep-checkpoints", type=positive_int, help="checkpoints kept on disk")
     training.add_argument(
