@@ -26,6 +26,9 @@ class TrainingPreset:
     lr_scale: float = 1.0
     weight_decay: float = 0.0  # decoupled weight decay on the weight matrices (AdamW); the paper has none
     cooldown_steps: int = 0  # the last updates' learning rate taken linearly towards 0; the paper has none
+    subword_dropout: float = (
+        0.0  # BPE-dropout on the training pairs (Provilkov et al., 2020); the paper has none
+    )
     max_length: int = 256
     max_minutes: float | None = None  # stop (and save) after this much training time
     # Half-precision autocast where it is fast: bf16 where the CPU or GPU computes it natively, fp16 with loss

@@ -124,7 +124,7 @@ _MAY_CHANGE_ON_RESUME = frozenset(
 _NOT_THE_RECIPE = frozenset(("model_preset", "model_overrides", "vocab_size"))
 
 # Recipe fields that a run folder's record may lack, with the value every such run trained with.
-_RECIPE_DEFAULTS = {"weight_decay": 0.0, "cooldown_steps": 0}
+_RECIPE_DEFAULTS = {"weight_decay": 0.0, "cooldown_steps": 0, "subword_dropout": 0.0}
 
 
 def recipe_record(preset: str, seed: int, recipe: TrainingPreset, world_size: int) -> dict[str, Any]:

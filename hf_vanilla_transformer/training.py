@@ -57,6 +57,7 @@ from .progress import DevLossCallback, TrainingClock, TrainingProgressBar
 from .resume import RECIPE_FILE, check_same_model, check_same_recipe, find_resume_checkpoint, recipe_record
 from .run_report import final_scores, format_summary
 from .schedule import build_paper_optimizer, get_noam_schedule
+from .subword_dropout import SubwordDropoutDataset
 from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
 
 TOKENIZER_DIR = "tokenizer"
@@ -106,6 +107,7 @@ class TrainingSettings:
     lr_scale: float | None = None
     weight_decay: float | None = None
     cooldown_steps: int | None = None
+    subword_dropout: float | None = None
     max_length: int | None = None
     max_minutes: float | None = None
     long_pairs: str = "filter"
@@ -142,6 +144,8 @@ class TrainingSettings:
         ):
             if getattr(recipe, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(recipe, name)}.")
+        if not 0 <= recipe.subword_dropout < 1:
+            raise ValueError(f"subword_dropout must be at least 0 and below 1, got {recipe.subword_dropout}.")
         if not 0 <= recipe.cooldown_steps <= recipe.max_steps:
             raise ValueError(
                 f"cooldown_steps must be between 0 and max_steps ({recipe.max_steps}), got "
@@ -195,14 +199,15 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         self.clock = clock
 
     def get_train_dataloader(self) -> DataLoader:
-        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        sampler = TokenBudgetBatchSampler.from_dataset(
-            dataset,
-            self.max_tokens,
-            seed=self.args.seed,
-            num_replicas=self.args.world_size,
-            rank=self.args.process_index,
-        )
+        dataset = self.train_dataset
+        sharding = dict(seed=self.args.seed, num_replicas=self.args.world_size, rank=self.args.process_index)
+        if isinstance(dataset, SubwordDropoutDataset):
+            # Resegmented every epoch (and holding only the model's inputs): batches are planned on the
+            # pairs' expected lengths.
+            sampler = TokenBudgetBatchSampler(*dataset.expected_lengths(), self.max_tokens, **sharding)
+        else:
+            dataset = self._remove_unused_columns(dataset, description="Training")
+            sampler = TokenBudgetBatchSampler.from_dataset(dataset, self.max_tokens, **sharding)
         workers = self.args.dataloader_num_workers
         loader = DataLoader(
             dataset,
@@ -438,6 +443,10 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     train_dataset = tokenize_pairs(
         train_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
     )
+    if recipe.subword_dropout > 0:
+        train_dataset = SubwordDropoutDataset(
+            train_dataset, tokenizer, recipe.subword_dropout, seed=settings.seed, max_length=recipe.max_length
+        )
     dev_dataset = None
     if dev_pairs is not None:
         dev_dataset = tokenize_pairs(
@@ -466,8 +475,9 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         use_cpu=not torch.cuda.is_available(),
         report_to=settings.report_to,
         dataloader_num_workers=workers,
-        # Workers forked once for the run rather than for every epoch and every dev evaluation.
-        dataloader_persistent_workers=workers > 0,
+        # Workers forked once for the run rather than for every epoch and every dev evaluation; but a
+        # dataset resegmented each epoch must reach them anew with the epoch that the Trainer sets.
+        dataloader_persistent_workers=workers > 0 and recipe.subword_dropout == 0,
         ddp_find_unused_parameters=False,
         predict_with_generate=settings.eval_bleu,
         generation_num_beams=settings.num_beams,

@@ -18,6 +18,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups, training
 from hf_vanilla_transformer.evaluation import corpus_bleu
+from hf_vanilla_transformer.subword_dropout import SubwordDropoutDataset
 from hf_vanilla_transformer.training import TrainingSettings, run_training
 from hf_vanilla_transformer.translation import translate
 from hf_vanilla_transformer.tuning import DEFAULT_LENGTH_PENALTIES
@@ -125,10 +126,11 @@ def test_train_average_translate_and_score(corpus, tmp_path):
         torch.testing.assert_close(mean[key], (two_last[0][key] + two_last[1][key]) / 2)
 
 
-def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path):
+@pytest.mark.parametrize("recipe", [[], ["--subword-dropout", "0.1"]], ids=["bpe", "bpe-dropout"])
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, recipe):
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "12", "--save-steps", "3",
              "--keep-checkpoints", "10", "--eval-steps", "100", "--test", "none",
-             "--dev", "none"]  # fmt: skip
+             "--dev", "none", *recipe]  # fmt: skip
     straight = tmp_path / "straight"
     assert run_script("train.py", "--output-dir", str(straight), *flags).returncode == 0
     expected = losses(straight / "checkpoint-12" / "trainer_state.json")
@@ -275,6 +277,34 @@ def test_cooldown_steps_reach_the_trainers_updates(corpus, tmp_path):
 
     assert logged == pytest.approx({update: expected(update) for update in range(1, total + 1)}, rel=1e-6)
     assert logged[total] == pytest.approx(logged[total - 2] / 3 * (total - 2) ** 0.5 / total**0.5, rel=1e-6)
+
+
+def test_subword_dropout_resegments_the_training_pairs_each_epoch(corpus, tmp_path, monkeypatch):
+    """Every epoch of a run trains on a new BPE-dropout segmentation of the same pairs: the Trainer's
+    set_epoch reaches the dataset."""
+    seen: dict[tuple[int, int], list[int]] = {}
+    getitem = SubwordDropoutDataset.__getitem__
+
+    def recording(dataset, index):
+        example = getitem(dataset, index)
+        seen[dataset.epoch, index] = example["labels"]
+        return example
+
+    monkeypatch.setattr(SubwordDropoutDataset, "__getitem__", recording)
+    # 300 pairs of some 30 + 30 tokens in this small vocabulary: a few steps an epoch.
+    run_training(
+        settings(corpus, tmp_path, max_steps=5, tokens_per_step=8192, max_tokens=8192, subword_dropout=0.1)
+    )
+    epochs = {epoch for epoch, _ in seen}
+    assert len(epochs) >= 2
+    first, second = sorted(epochs)[:2]
+    both = [index for epoch, index in seen if epoch == first and (second, index) in seen]
+    assert len(both) > 200
+    assert sum(seen[first, index] != seen[second, index] for index in both) > 0.8 * len(both)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
+    assert all(
+        tokenizer.decode(seen[first, index]) == tokenizer.decode(seen[second, index]) for index in both
+    )
 
 
 def test_fine_tuning_starts_from_the_pretrained_model_and_its_tokenizer(corpus, tmp_path):

@@ -32,6 +32,7 @@ from ..cli import (
     non_negative_int,
     positive_float,
     positive_int,
+    probability,
     random_seed,
     refusals_in_one_line,
     run_command,
@@ -194,6 +195,12 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--weight-decay",
         type=non_negative_float,
         help="decoupled weight decay on the weight matrices (AdamW); 0: the paper's Adam",
+    )
+    training.add_argument(
+        "--subword-dropout",
+        type=probability,
+        help="BPE-dropout (Provilkov et al., 2020): resegment the training pairs each epoch, dropping each "
+        "merge with this probability; 0: the paper's deterministic BPE",
     )
     training.add_argument(
         "--cooldown-steps",
