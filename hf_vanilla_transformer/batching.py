@@ -17,7 +17,7 @@ raised to a multiple of ``num_replicas`` by splitting the batches holding the mo
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,6 +37,12 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     ``batch_size * max_source_len <= max_tokens`` and ``batch_size * max_target_len <= max_tokens``.
     The order of the batches is shuffled each epoch from ``seed + epoch`` (call ``set_epoch``).
 
+    For pairs whose lengths change from epoch to epoch (BPE-dropout), pass their expected lengths and
+    ``epoch_lengths``, which gives an epoch's own: the number of batches (``len``) is planned on the expected
+    lengths, as the Trainer needs one number for every epoch, and each epoch packs its own lengths into that
+    many batches, with batches split when it comes out shorter, and the budget stretched by the percent or
+    two needed when it comes out longer.
+
     Pass it as ``DataLoader(dataset, batch_sampler=sampler)``. It deliberately has no ``batch_size``
     attribute: accelerate's ``BatchSamplerShard`` would then keep only batches of exactly that size. With
     accelerate (and so ``transformers.Trainer``), give the sampler ``num_replicas`` and ``rank``, and call
@@ -52,6 +58,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
+        epoch_lengths: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> None:
         if len(src_lengths) != len(tgt_lengths):
             raise ValueError(
@@ -84,6 +91,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self.num_replicas = num_replicas
         self.rank = rank
+        self.epoch_lengths = epoch_lengths
         self.epoch = 0
         # Equal-length pairs are interchangeable for packing, so the batch sizes (and hence len()) do not
         # depend on the epoch's shuffle; computing them once on the unshuffled order is exact.
@@ -115,41 +123,66 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return self._num_batches // self.num_replicas
 
     def __iter__(self) -> Iterator[list[int]]:
-        if not self.shuffle:
-            yield from (batch.tolist() for batch in self._build_batches(None)[self.rank :: self.num_replicas])
-            return
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        batches = self._build_batches(generator)
-        order = torch.randperm(len(batches), generator=generator).tolist()
-        yield from (batches[i].tolist() for i in order[self.rank :: self.num_replicas])
+        generator = torch.Generator().manual_seed(self.seed + self.epoch) if self.shuffle else None
+        batches = (
+            self._build_batches(generator) if self.epoch_lengths is None else self._epoch_batches(generator)
+        )
+        order = (
+            range(len(batches)) if generator is None else torch.randperm(len(batches), generator=generator)
+        )
+        yield from (batches[i].tolist() for i in list(order)[self.rank :: self.num_replicas])
 
     def _build_batches(self, generator: torch.Generator | None) -> list[np.ndarray]:
         """All batches of the epoch for every process, in length order; ``generator`` shuffles ties."""
-        count = len(self.src_lengths)
+        order = self._length_order(generator, self.src_lengths, self.tgt_lengths)
+        batches = self._pack(order, self.src_lengths, self.tgt_lengths, self.max_tokens)
+        return self._split_to_multiple_of_replicas(batches)
+
+    def _epoch_batches(self, generator: torch.Generator | None) -> list[np.ndarray]:
+        """The epoch's own lengths packed into exactly the planned number of batches."""
+        src_lengths, tgt_lengths = (
+            np.asarray(lengths, dtype=np.int64) for lengths in self.epoch_lengths(self.epoch)
+        )
+        order = self._length_order(generator, src_lengths, tgt_lengths)
+        budget = self.max_tokens
+        batches = self._pack(order, src_lengths, tgt_lengths, budget)
+        while len(batches) > self._num_batches:
+            budget += max(1, budget // 100)
+            batches = self._pack(order, src_lengths, tgt_lengths, budget)
+        return self._split_fullest(batches, self._num_batches - len(batches))
+
+    @staticmethod
+    def _length_order(
+        generator: torch.Generator | None, src_lengths: np.ndarray, tgt_lengths: np.ndarray
+    ) -> np.ndarray:
+        """Pair indices in (source, target) length order, ties in the order ``generator`` shuffles them to."""
+        count = len(src_lengths)
         order = np.arange(count) if generator is None else torch.randperm(count, generator=generator).numpy()
         # Two stable sorts give (source, target) order with ties kept in the shuffled order.
-        order = order[np.argsort(self.tgt_lengths[order], kind="stable")]
-        order = order[np.argsort(self.src_lengths[order], kind="stable")]
+        order = order[np.argsort(tgt_lengths[order], kind="stable")]
+        return order[np.argsort(src_lengths[order], kind="stable")]
 
+    @staticmethod
+    def _pack(
+        order: np.ndarray, src_lengths: np.ndarray, tgt_lengths: np.ndarray, budget: int
+    ) -> list[np.ndarray]:
+        """Greedy packing of the pairs in ``order`` into batches of up to ``budget`` padded tokens a side."""
         # Greedy packing is sequential, so it runs in Python, but only over lengths: the batches themselves
         # are slices of ``order`` (numpy, not millions of Python ints).
         starts = [0]
         src_max = tgt_max = 0
-        rows = zip(self.src_lengths[order].tolist(), self.tgt_lengths[order].tolist(), strict=True)
+        rows = zip(src_lengths[order].tolist(), tgt_lengths[order].tolist(), strict=True)
         for position, (src_len, tgt_len) in enumerate(rows):
             src_max, tgt_max = max(src_max, src_len), max(tgt_max, tgt_len)
             size = position - starts[-1] + 1
-            if size > 1 and (size * src_max > self.max_tokens or size * tgt_max > self.max_tokens):
+            if size > 1 and (size * src_max > budget or size * tgt_max > budget):
                 starts.append(position)
                 src_max, tgt_max = src_len, tgt_len
-        batches = np.split(order, starts[1:])
-        return self._split_to_multiple_of_replicas(batches)
+        return np.split(order, starts[1:])
 
     def _split_to_multiple_of_replicas(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         """Halve the fullest batches until every replica gets the same number of batches."""
         missing = -len(batches) % self.num_replicas
-        if missing == 0:
-            return batches
         if len(self.src_lengths) < len(batches) + missing:
             raise ValueError(
                 f"Cannot give each of the {self.num_replicas} processes the same number of batches: "
@@ -157,6 +190,13 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
                 f"max_tokens={self.max_tokens}, and {len(batches) + missing} batches would be needed. "
                 "Use more data, a larger --max-tokens or fewer processes."
             )
+        return self._split_fullest(batches, missing)
+
+    @staticmethod
+    def _split_fullest(batches: list[np.ndarray], missing: int) -> list[np.ndarray]:
+        """``missing`` more batches, by halving the batches holding the most pairs, in length order."""
+        if missing == 0:
+            return batches
         # Max-heap on batch size. The key tuple breaks ties identically on every process, and sorting by it
         # afterwards puts the two halves of a split batch where the batch was, keeping length order.
         heap = [(-len(batch), (position,), batch) for position, batch in enumerate(batches)]

@@ -202,9 +202,10 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         dataset = self.train_dataset
         sharding = dict(seed=self.args.seed, num_replicas=self.args.world_size, rank=self.args.process_index)
         if isinstance(dataset, SubwordDropoutDataset):
-            # Resegmented every epoch (and holding only the model's inputs): batches are planned on the
-            # pairs' expected lengths.
-            sampler = TokenBudgetBatchSampler(*dataset.expected_lengths(), self.max_tokens, **sharding)
+            # Resegmented every epoch (and holding only the model's inputs): each epoch packs its own lengths.
+            sampler = TokenBudgetBatchSampler(
+                *dataset.expected_lengths(), self.max_tokens, epoch_lengths=dataset.epoch_lengths, **sharding
+            )
         else:
             dataset = self._remove_unused_columns(dataset, description="Training")
             sampler = TokenBudgetBatchSampler.from_dataset(dataset, self.max_tokens, **sharding)

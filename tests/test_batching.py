@@ -98,6 +98,50 @@ def test_odd_batch_count_is_split_for_two_replicas():
     assert sorted(len(b) for share in shares for b in share) == [2, 2, 4, 4]
 
 
+def drawn_lengths(planned: list[int], epoch: int, spread: int) -> list[int]:
+    rng = random.Random(epoch)
+    return [max(1, length + rng.randint(-spread, spread)) for length in planned]
+
+
+@pytest.mark.parametrize("spread", [0, 2, 8])
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_lengths_that_change_each_epoch_fill_the_planned_batches(spread, replicas):
+    """Pairs resegmented each epoch: every epoch packs its own lengths into the planned number of batches
+    (the same on every process), every pair once, within the budget or (when the epoch runs long) the least
+    stretch of it, by 1% steps, that fits."""
+    src, tgt = random_lengths(500)
+
+    def epoch_lengths(epoch: int) -> tuple[list[int], list[int]]:
+        return drawn_lengths(src, epoch, spread), drawn_lengths(tgt, epoch + 1000, spread)
+
+    samplers = [
+        TokenBudgetBatchSampler(
+            src, tgt, max_tokens=200, seed=3, num_replicas=replicas, rank=rank, epoch_lengths=epoch_lengths
+        )
+        for rank in range(replicas)
+    ]
+    for epoch in range(4):
+        shares = []
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+            shares.append(list(sampler))
+        assert [len(share) for share in shares] == [len(samplers[0])] * replicas
+        batches = [batch for share in shares for batch in share]
+        assert sorted(i for batch in batches for i in batch) == list(range(500))
+        epoch_src, epoch_tgt = epoch_lengths(epoch)
+        padded = max(
+            len(b) * max(max(epoch_src[i] for i in b), max(epoch_tgt[i] for i in b)) for b in batches
+        )
+        assert padded <= 200 * 1.01 ** (len(batches) - 1)  # a loose bound: the stretch is a few steps at most
+        if spread == 0:
+            assert_within_budget(batches, src, tgt, 200)
+    if spread == 0:
+        plain = TokenBudgetBatchSampler(src, tgt, max_tokens=200, seed=3)
+        plain.set_epoch(3)
+        samplers[0].set_epoch(3)
+        assert replicas > 1 or list(plain) == list(samplers[0])
+
+
 def test_too_long_example_is_named():
     with pytest.raises(ValueError) as error:
         TokenBudgetBatchSampler([5, 30, 7], [5, 8, 7], max_tokens=20)
