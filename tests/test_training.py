@@ -307,6 +307,21 @@ def test_subword_dropout_resegments_the_training_pairs_each_epoch(corpus, tmp_pa
     )
 
 
+def test_subword_dropout_reaches_data_loading_workers_epoch_by_epoch(corpus, tmp_path):
+    """Workers load each epoch's own segmentation: a run that loads its data in a worker process trains on
+    the same batches, step for step, as one that loads them itself."""
+    runs = {}
+    for workers in (0, 1):
+        run = settings(
+            corpus, tmp_path / str(workers), max_steps=5, save_steps=5, tokens_per_step=8192, max_tokens=8192,
+            subword_dropout=0.1, dataloader_workers=workers,
+        )  # fmt: skip
+        run_training(run)
+        runs[workers] = losses(tmp_path / str(workers) / "checkpoint-5" / "trainer_state.json")
+    assert sorted(runs[0]) == list(range(1, 6))
+    assert runs[1] == pytest.approx(runs[0], rel=1e-6)
+
+
 def test_fine_tuning_starts_from_the_pretrained_model_and_its_tokenizer(corpus, tmp_path):
     pretrained = tmp_path / "pretrained"
     run_training(settings(corpus, pretrained, max_steps=3, average_checkpoints=1))
