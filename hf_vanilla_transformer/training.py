@@ -132,6 +132,9 @@ class TrainingSettings:
         preset = TRAINING_PRESETS[self.preset]
         chosen = {k: v for k, v in asdict(self).items() if k in preset.__dataclass_fields__ and v is not None}
         chosen["model_overrides"] = {**preset.model_overrides, **self.model_overrides}
+        if "max_steps" in chosen and "cooldown_steps" not in chosen:
+            # A preset's cool-down is a share of its steps: a shorter or longer run keeps the same share.
+            chosen["cooldown_steps"] = round(preset.cooldown_steps * chosen["max_steps"] / preset.max_steps)
         recipe = replace(preset, **chosen)
         for name in (
             "max_steps",

@@ -18,6 +18,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups, training
 from hf_vanilla_transformer.evaluation import corpus_bleu
+from hf_vanilla_transformer.presets import TRAINING_PRESETS
 from hf_vanilla_transformer.subword_dropout import SubwordDropoutDataset
 from hf_vanilla_transformer.training import TrainingSettings, run_training
 from hf_vanilla_transformer.translation import translate
@@ -259,6 +260,19 @@ def test_time_budget_stops_with_a_checkpoint(corpus, tmp_path):
     assert (tmp_path / f"checkpoint-{results['steps']}" / "trainer_state.json").exists()
 
 
+def test_a_presets_cooldown_keeps_its_share_of_the_steps():
+    """The cpu preset cools down over its last 2000 of 6000 steps: a run of fewer steps keeps the last third,
+    and an explicit cooldown_steps wins."""
+    cpu = TRAINING_PRESETS["cpu"]
+    assert (cpu.max_steps, cpu.cooldown_steps) == (6000, 2000)
+    assert TrainingSettings(output_dir="x", preset="cpu").recipe().cooldown_steps == 2000
+    assert TrainingSettings(output_dir="x", preset="cpu", max_steps=600).recipe().cooldown_steps == 200
+    assert TrainingSettings(output_dir="x", preset="cpu", max_steps=1).recipe().cooldown_steps == 0
+    explicit = TrainingSettings(output_dir="x", preset="cpu", max_steps=600, cooldown_steps=50)
+    assert explicit.recipe().cooldown_steps == 50
+    assert TrainingSettings(output_dir="x", preset="base", max_steps=600).recipe().cooldown_steps == 0
+
+
 def test_cooldown_steps_reach_the_trainers_updates(corpus, tmp_path):
     """With cooldown_steps C of T updates, the Trainer makes its last C updates at Eq. 3 times (T-k+1)/C:
     the last at 1/C of Eq. 3. The Trainer logs with each update the learning rate that update used."""
@@ -373,15 +387,15 @@ def test_length_penalty_chosen_on_dev_is_saved_and_decodes_the_test_set(corpus, 
     Every recorded score is checked against translations made afresh with the saved model."""
     # Trained on its dev set, which it partly learns by heart in 100 steps, so that alphas score differently;
     # the same set as the test set, so that the test score shows which alpha decoded it. Float32 on any CPU;
-    # the paper's dropout, label smoothing and Adam, and 4096-token batches, under which the tiny model learns
-    # by heart fastest.
+    # the paper's dropout, label smoothing, Adam and Eq. 3 to the end, and 4096-token batches, under which the
+    # tiny model learns by heart fastest.
     val = str(corpus / "val")
     tiny = {"d_model": 32, "N": 1, "h": 2, "d_ff": 64, "dropout": 0.1, "label_smoothing": 0.1}
     tiny.update(attention_dropout=0.0, activation_dropout=0.0)
     run = settings(
         corpus, tmp_path, preset="cpu", train=val, dev=val, test=val, max_steps=100, warmup_steps=20,
         lr_scale=0.3, vocab_size=200, bf16=False, max_eval_sentences=12, model_overrides=tiny,
-        weight_decay=0.0, tokens_per_step=4096, max_tokens=4096,
+        weight_decay=0.0, cooldown_steps=0, tokens_per_step=4096, max_tokens=4096,
     )  # fmt: skip
     run_training(run)
     results = json.loads((tmp_path / "model" / "results.json").read_text())
