@@ -28,9 +28,8 @@ class TrainingPreset:
     # The last updates' learning rate taken linearly towards 0; the paper has none. A share of max_steps:
     # a run with other max_steps keeps the same share.
     cooldown_steps: int = 0
-    subword_dropout: float = (
-        0.0  # BPE-dropout on the training pairs (Provilkov et al., 2020); the paper has none
-    )
+    # BPE-dropout on the training pairs (Provilkov et al., 2020); the paper has none.
+    subword_dropout: float = 0.0
     max_length: int = 256
     max_minutes: float | None = None  # stop (and save) after this much training time
     # Half-precision autocast where it is fast: bf16 where the CPU or GPU computes it natively, fp16 with loss
