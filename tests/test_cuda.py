@@ -1,0 +1,94 @@
+"""The model on a CUDA GPU: the same logits and beam-search outputs as transformers' Marian there, and the
+same loss and gradients as on the CPU. Skipped where torch finds no CUDA device."""
+
+import pytest
+import torch
+from conftest import tiny_model
+from test_marian_reference import random_marian
+
+from hf_vanilla_transformer.conversion import convert_marian
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def full_float32_products():
+    """TF32 rounds float32 products to 10 mantissa bits; comparisons at 1e-4 need IEEE float32. A GPU
+    training run in the same process switches TF32 on, so the setting is restored after each test."""
+    previous = torch.backends.fp32_precision
+    torch.backends.fp32_precision = "ieee"
+    yield
+    torch.backends.fp32_precision = previous
+
+
+def source_batch(seed: int, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 60, shape, generator=generator)
+    mask = torch.ones_like(src)
+    mask[0, shape[1] // 2 :] = 0
+    return src, mask
+
+
+@pytest.mark.parametrize("activation", ["relu", "swish"])
+def test_logits_match_marian_on_cuda(activation):
+    marian = random_marian(activation)
+    ours = convert_marian(marian).to(CUDA)
+    marian = marian.to(CUDA)
+    src, mask = source_batch(1, (3, 11))
+    tgt = torch.randint(1, 95, (3, 8), generator=torch.Generator().manual_seed(2))
+    inputs = dict(input_ids=src.to(CUDA), attention_mask=mask.to(CUDA), decoder_input_ids=tgt.to(CUDA))
+    with torch.no_grad():
+        expected = marian(**inputs).logits
+        actual = ours(**inputs).logits
+    assert actual.device.type == "cuda"
+    assert (actual - expected).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_generation_matches_marian_on_cuda(num_beams):
+    marian = random_marian()
+    ours = convert_marian(marian).to(CUDA)
+    marian = marian.to(CUDA)
+    src, mask = source_batch(3, (4, 9))
+    src[0, 4:] = 95
+    kwargs = dict(
+        input_ids=src.to(CUDA), attention_mask=mask.to(CUDA), num_beams=num_beams, max_new_tokens=12
+    )
+    assert torch.equal(ours.generate(**kwargs, do_sample=False), marian.generate(**kwargs, do_sample=False))
+
+
+def loss_and_gradients(model, src, mask, labels):
+    model.zero_grad()
+    loss = model(input_ids=src, attention_mask=mask, labels=labels).loss
+    loss.backward()
+    return loss.detach(), {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_training_loss_and_gradients_on_cuda_match_the_cpu():
+    """The label-smoothed loss (Section 5.4) and its gradient, with padded labels: the CPU computes them
+    through its own speed-ups, the GPU through plain torch; both must agree."""
+    model = tiny_model(seed=0, P_drop=0.0).train()
+    src, mask = source_batch(4, (4, 10))
+    labels = torch.randint(4, 60, (4, 7), generator=torch.Generator().manual_seed(5))
+    labels[1, 4:] = -100
+    cpu_loss, cpu_grads = loss_and_gradients(model, src, mask, labels)
+    cuda_loss, cuda_grads = loss_and_gradients(model.to(CUDA), src.to(CUDA), mask.to(CUDA), labels.to(CUDA))
+    assert abs(cuda_loss.item() - cpu_loss.item()) <= 1e-5
+    for name, grad in cpu_grads.items():
+        assert (cuda_grads[name].cpu() - grad).abs().max().item() <= 1e-5, name
+
+
+def test_bf16_autocast_on_cuda_keeps_the_float32_loss():
+    """bf16 autocast, as GPU training runs it, changes the loss only by rounding, with a finite gradient."""
+    model = tiny_model(seed=0, P_drop=0.0).to(CUDA).train()
+    src, mask = source_batch(6, (8, 12))
+    labels = torch.randint(4, 60, (8, 9), generator=torch.Generator().manual_seed(7))
+    batch = dict(input_ids=src.to(CUDA), attention_mask=mask.to(CUDA), labels=labels.to(CUDA))
+    full = model(**batch).loss
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        half = model(**batch).loss
+    half.backward()
+    assert half.dtype == torch.float32
+    assert abs(half.item() - full.item()) <= 2e-2 * full.item()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
