@@ -99,20 +99,26 @@ def _sacrebleu_metric() -> evaluate.EvaluationModule:
     return evaluate.load(SACREBLEU_METRIC, keep_in_memory=True)
 
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], *, tokenize: str = "13a") -> BleuResult:
+def corpus_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], *, tokenize: str = "13a", lowercase: bool = False
+) -> BleuResult:
     """Detokenized corpus BLEU with sacreBLEU against a single reference per segment.
 
     Args:
         hypotheses: detokenized system outputs, one per segment.
         references: detokenized references, aligned with `hypotheses`.
         tokenize: sacreBLEU tokenizer ("13a" is its default and WMT's; "intl", "zh", "ko-mecab", ...).
+        lowercase: case-insensitive BLEU, for comparison with results reported on lowercased text; the
+            signature then says `case:lc`.
 
     Raises:
         ValueError: empty input or different numbers of hypotheses and references.
         TypeError: a single string or a non-string segment was given.
     """
     hyps, refs = _validated(hypotheses, references)
-    score = _sacrebleu_metric().compute(predictions=hyps, references=refs, tokenize=tokenize)
+    score = _sacrebleu_metric().compute(
+        predictions=hyps, references=refs, tokenize=tokenize, lowercase=lowercase
+    )
     return _result(score, score["signature"])
 
 
@@ -127,6 +133,7 @@ def tokenized_bleu(
     compound_split: bool = True,
     *,
     tokenize: str = "13a",
+    lowercase: bool = False,
 ) -> BleuResult:
     """Paper-style tokenized BLEU (Section 6.1), approximating tensor2tensor's `get_ende_bleu.sh`.
 
@@ -137,8 +144,9 @@ def tokenized_bleu(
        escaping and a few symbols, and Moses' `replace-unicode-punctuation.perl` is not applied;
     2. if `compound_split`, applies `split_compounds`: every `-` with a non-space character on both sides
        becomes ` ##AT##-##AT## `;
-    3. computes case-sensitive corpus BLEU on whitespace-split tokens without smoothing, as
-       `multi-bleu.perl` does (sacreBLEU with `tokenize="none"`, `smooth_method="none"`).
+    3. computes corpus BLEU on whitespace-split tokens without smoothing, as `multi-bleu.perl` does
+       (sacreBLEU with `tokenize="none"`, `smooth_method="none"`): case-sensitive, or with `lowercase`
+       case-insensitive, as `multi-bleu.perl -lc`.
 
     The score is not comparable with sacreBLEU's detokenized `corpus_bleu`: it depends on the tokenizer
     and on compound splitting, which usually inflates it. The signature begins with
@@ -149,6 +157,7 @@ def tokenized_bleu(
         references: detokenized references, aligned with `hypotheses`.
         compound_split: apply the `##AT##` compound splitting of step 2.
         tokenize: sacreBLEU tokenizer used for step 1.
+        lowercase: case-insensitive BLEU in step 3.
 
     Raises:
         ValueError: empty input or different numbers of hypotheses and references.
@@ -162,7 +171,7 @@ def tokenized_bleu(
         return split_compounds(tokens) if compound_split else tokens
 
     # force=True: the input is tokenized on purpose, so sacreBLEU's "forgot to detokenize?" warning is noise.
-    metric = BLEU(tokenize="none", smooth_method="none", force=True)
+    metric = BLEU(tokenize="none", smooth_method="none", force=True, lowercase=lowercase)
     score = metric.corpus_score([prepare(h) for h in hyps], [[prepare(r) for r in refs]])
     signature = (
         f"tokenized|pretok:{tokenize}|compound:{'atat' if compound_split else 'no'}|{metric.get_signature()}"

@@ -78,6 +78,26 @@ def test_matches_sacrebleu_on_multi30k(tokenize):
     assert (result.hyp_len, result.ref_len) == (expected.sys_len, expected.ref_len)
 
 
+def _recased(lines: list[str]) -> list[str]:
+    """The same words with the case of every other segment's first three words flipped."""
+    return [
+        " ".join(word.swapcase() if i % 2 == 0 and j < 3 else word for j, word in enumerate(line.split()))
+        for i, line in enumerate(lines)
+    ]
+
+
+@pytest.mark.parametrize("score", [corpus_bleu, tokenized_bleu])
+def test_lowercase_scores_the_lowercased_text(score):
+    """Case-insensitive BLEU is exactly case-sensitive BLEU of both sides lowercased, and says so."""
+    hypotheses = _recased(_degraded(REFERENCES))
+    insensitive = score(hypotheses, REFERENCES, lowercase=True)
+    lowered = score([line.lower() for line in hypotheses], [line.lower() for line in REFERENCES])
+    assert insensitive.score == lowered.score
+    assert (insensitive.hyp_len, insensitive.ref_len) == (lowered.hyp_len, lowered.ref_len)
+    assert insensitive.score > score(hypotheses, REFERENCES).score
+    assert "|case:lc|" in insensitive.signature and "|case:mixed|" in lowered.signature
+
+
 def test_the_shipped_metric_loads_by_path_offline():
     assert os.environ["HF_HUB_OFFLINE"] == "1"  # conftest: no network to fall back on
     metric = evaluate.load(SACREBLEU_METRIC)
@@ -196,6 +216,10 @@ def test_cli_json_and_tokenized(files, capsys):
         assert printed["score"] == pytest.approx(expected.score)
         assert printed["signature"] == expected.signature
     assert tokenized["signature"].startswith("tokenized|")
+    _run_cli([*common, "--tokenized", "--lowercase"])
+    insensitive = json.loads(capsys.readouterr().out)
+    expected = tokenized_bleu(_degraded(REFERENCES), REFERENCES, lowercase=True)
+    assert (insensitive["score"], insensitive["signature"]) == (expected.score, expected.signature)
 
 
 def test_cli_reports_mismatched_files(files, tmp_path, capsys):

@@ -2,8 +2,10 @@
 
 Default: detokenized sacreBLEU. `--tokenized`: the paper-style tokenized BLEU with compound splitting
 (see `hf_vanilla_transformer.evaluation.tokenized_bleu`); the two numbers are not comparable.
+`--lowercase`: either score case-insensitive, for comparison with results reported on lowercased text.
 
-    vanilla-transformer evaluate --hypotheses out.de --references newstest2014.de [--tokenized] [--json]
+    vanilla-transformer evaluate --hypotheses out.de --references newstest2014.de [--tokenized] \
+        [--lowercase] [--json]
 """
 
 import argparse
@@ -21,6 +23,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     parser.add_argument(
         "--tokenized", action="store_true", help="paper-style tokenized BLEU with ##AT## compound splitting"
     )
+    parser.add_argument("--lowercase", action="store_true", help="case-insensitive BLEU")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
 
@@ -31,7 +34,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     references = input_lines(str(args.references), "--references", parser)
     try:
         score = tokenized_bleu if args.tokenized else corpus_bleu
-        result = score(hypotheses, references)
+        result = score(hypotheses, references, lowercase=args.lowercase)
     except (OSError, ValueError, TypeError) as error:
         parser.error(str(error))
 

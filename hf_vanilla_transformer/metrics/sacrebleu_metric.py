@@ -30,6 +30,7 @@ Args:
     predictions: detokenized system outputs, one string per segment.
     references: detokenized references, one string per segment, aligned with `predictions`.
     tokenize: sacreBLEU tokenizer, "13a" (its default and WMT's), "intl", "zh", "ko-mecab", ...
+    lowercase: case-insensitive BLEU; the signature then says "case:lc".
 Returns:
     score: BLEU on a 0-100 scale.
     signature: sacreBLEU's signature of the settings, e.g. "nrefs:1|case:mixed|eff:no|tok:13a|...".
@@ -60,8 +61,10 @@ class SacreBleu(evaluate.Metric):
             reference_urls=["https://aclanthology.org/W18-6319"],
         )
 
-    def _compute(self, predictions: list[str], references: list[str], tokenize: str = "13a") -> dict:
-        bleu = BLEU(tokenize=tokenize)
+    def _compute(
+        self, predictions: list[str], references: list[str], tokenize: str = "13a", lowercase: bool = False
+    ) -> dict:
+        bleu = BLEU(tokenize=tokenize, lowercase=lowercase)
         score = bleu.corpus_score(predictions, [references])
         return {
             "score": score.score,
