@@ -79,7 +79,8 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # less in the same time. BPE-dropout 0.1 learned far less within these steps (dev BLEU 34.91). On a GPU,
     # where a run takes minutes, a 10000-token vocabulary (39.43 against the preset's 39.34 there) and d_ff
     # 2048 (38.91) gained nothing beyond run-to-run spread; on this CPU both cost more time a step.
-    # That spread: seed 2 gave dev BLEU 39.21 (test 39.25) against seed 1's 39.78 (test 39.07).
+    # That spread: seed 2 gave dev BLEU 39.21 (test 39.25) against seed 1's 39.78 (test 39.07), and seed 1
+    # in float32, as machines without native bf16 train, 38.86 (test 39.35).
     "cpu": TrainingPreset(
         model_preset="base",
         model_overrides=CPU_MODEL,
