@@ -1,10 +1,10 @@
 """CPU speed-ups for the model, each computing the same numbers as the plain torch code it stands in for
 (up to float rounding), and each reached through a module's own `forward` or a transformers interface:
 
-- `CPULinear`: an `nn.Linear` whose large float32 products on x86 CPUs run through oneDNN rather than
-  torch's default GEMM (MKL, which takes its AVX2 path on AMD CPUs); small ones, where the default GEMM
-  was faster, stay with it. Within one `generate()` call, decoder weights are packed once into oneDNN's
-  blocked layout (`weights_fixed_for_decoding`).
+- `CPULinear`: an `nn.Linear` whose large float32 products on AMD CPUs run through oneDNN rather than
+  torch's default GEMM (MKL, which takes its AVX2 path there); small ones, where the default GEMM was
+  faster, stay with it, and so do Intel CPUs, where MKL takes its AVX-512 path. Within one `generate()`
+  call, decoder weights are packed once into oneDNN's blocked layout (`weights_fixed_for_decoding`).
 - `ATTENTION_FUNCTIONS`: the model's own `AttentionInterface`, whose "sdpa" runs a decoding step (one
   query row, no gradient) on a CPU as two plain matmuls, where SDPA's kernels cost more than the products.
 - `FreePositionCacheLayer`: beam search's cache reordering writes into a buffer one position longer, which
@@ -40,9 +40,22 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
 from transformers.utils import is_torchdynamo_compiling
 
+from .hardware import CPUFeatures, cpu_features
+
 ENABLED = os.environ.get("VANILLA_TRANSFORMER_CPU_SPEEDUPS", "1").strip().lower() not in ("0", "false", "no")
 
 _X86_ONEDNN = torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64")
+
+
+def onednn_float32_linear_pays(features: CPUFeatures) -> bool:
+    """Whether `CPULinear` takes oneDNN for float32 products on a CPU with these features: on AMD CPUs,
+    where torch's default GEMM (MKL) takes its AVX2 path whatever the CPU has and oneDNN was measured
+    faster (benchmarks/RESULTS.md, Zen 2 to Zen 5). On Intel CPUs MKL takes its AVX-512 or AMX path, and
+    nothing measured there says oneDNN's would be faster, so they keep torch's default."""
+    return _X86_ONEDNN and features.is_amd
+
+
+_ONEDNN_FLOAT32_LINEAR = onednn_float32_linear_pays(cpu_features())
 
 
 @contextmanager
@@ -160,9 +173,10 @@ _ONEDNN_MIN_INFERENCE_WEIGHT = 2**18
 
 
 class CPULinear(nn.Linear):
-    """`nn.Linear`, whose float32 products on x86 CPUs run through oneDNN rather than torch's default GEMM
-    where that was measured to be faster: training products of many rows, and products with large weights
-    in decoding (see `_ONEDNN_MIN_TRAINING_ROWS`; the same float32 arithmetic, summed in another order).
+    """`nn.Linear`, whose float32 products on AMD CPUs (`onednn_float32_linear_pays`) run through oneDNN
+    rather than torch's default GEMM where that was measured to be faster: training products of many rows,
+    and products with large weights in decoding (see `_ONEDNN_MIN_TRAINING_ROWS`; the same float32
+    arithmetic, summed in another order).
     Everywhere else, and under autocast or torch.compile, it is `nn.Linear.forward` itself. Wrappers see an
     `nn.Linear`: accelerate's offload hooks load the weight before this forward runs, and PEFT wraps it as
     it wraps any linear layer. A weight or input with its own `__torch_function__` (a tensor subclass:
@@ -175,7 +189,7 @@ class CPULinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
         if not (
-            _X86_ONEDNN
+            _ONEDNN_FLOAT32_LINEAR
             and _eager_cpu(x)
             and x.dtype == weight.dtype == torch.float32
             and weight.device.type == "cpu"
@@ -317,12 +331,14 @@ def reorder_self_attention_layer(layer: DynamicLayer, beam_idx: torch.LongTensor
 # Label-smoothed loss
 
 # Float32 chunks of 2 MB, 1 MB per core when two threads share the rows, so that a chunk's passes stay in
-# the cores' L2 caches: 16 rows of a 32k vocabulary, 65 of an 8k one.
-_CROSS_ENTROPY_CHUNK_BYTES = 2 * 2**20
+# the cores' L2 caches: 16 rows of a 32k vocabulary, 65 of an 8k one. On a GPU a chunk is a few kernel
+# launches, so chunks there are large (4194 rows of a 32k vocabulary) and only bound the float32 memory.
+_CROSS_ENTROPY_CHUNK_BYTES = {"cpu": 2 * 2**20, "cuda": 2**29}
 
 
-def _chunk_rows(vocab: int) -> int:
-    return max(1, _CROSS_ENTROPY_CHUNK_BYTES // (4 * vocab))
+def _chunk_rows(logits: torch.Tensor) -> int:
+    chunk_bytes = _CROSS_ENTROPY_CHUNK_BYTES.get(logits.device.type, _CROSS_ENTROPY_CHUNK_BYTES["cuda"])
+    return max(1, chunk_bytes // (4 * logits.shape[-1]))
 
 
 def _smoothed_gradient(logits: torch.Tensor, targets: torch.Tensor, epsilon: float) -> torch.Tensor:
@@ -348,7 +364,7 @@ class _SmoothedCrossEntropySum(torch.autograd.Function):
     def forward(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> torch.Tensor:
         targets = labels.clamp_min(0)
         losses = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
-        step = _chunk_rows(logits.shape[-1])
+        step = _chunk_rows(logits)
         for start in range(0, logits.shape[0], step):
             rows = slice(start, start + step)
             log_probs = torch.log_softmax(logits[rows], dim=-1, dtype=torch.float32)
@@ -373,7 +389,7 @@ class _SmoothedCrossEntropySum(torch.autograd.Function):
             gradient = _smoothed_gradient(logits, targets, epsilon) * scale[:, None]
             return gradient.to(logits.dtype), None, None
         gradient = torch.empty_like(logits)
-        step = _chunk_rows(logits.shape[-1])
+        step = _chunk_rows(logits)
         for start in range(0, logits.shape[0], step):
             rows = slice(start, start + step)
             chunk = torch.softmax(logits[rows], dim=-1, dtype=torch.float32).sub_(epsilon / logits.shape[-1])
@@ -395,7 +411,11 @@ def chunked_label_smoothed_cross_entropy_sum(
     for 2-D logits, computed as `_SmoothedCrossEntropySum` describes. A label that is neither a token id
     nor -100 raises, as `cross_entropy` does."""
     invalid = ((labels < 0) & (labels != -100)) | (labels >= logits.shape[-1])
-    if invalid.any():
+    if logits.device.type != "cpu":  # checked on the device, without waiting for it
+        torch._assert_async(
+            ~invalid.any(), "label out of bounds: token ids below the vocabulary size, or -100"
+        )
+    elif invalid.any():
         raise IndexError(
             f"Label {labels[invalid][0].item()} is out of bounds: labels are token ids below the vocabulary "
             f"size {logits.shape[-1]}, or -100 for positions without a loss."

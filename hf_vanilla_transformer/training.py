@@ -50,6 +50,7 @@ from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
 from .evaluation import corpus_bleu
 from .generation_vanilla_transformer import paper_generation_config
+from .hardware import bf16_is_native, cpu_features
 from .model_location import RESULTS_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .presets import TRAINING_PRESETS, TrainingPreset
@@ -238,25 +239,27 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         return batch_samples, num_items_in_batch
 
 
-def _bf16_is_fast() -> bool:
-    """bf16 autocast pays only where bf16 matrix products run natively (AVX-512 BF16 / AMX, or an Ampere or
-    newer GPU); elsewhere they are emulated."""
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
 def _mixed_precision(settings: TrainingSettings, recipe: TrainingPreset) -> str:
     """The autocast of the run: "bf16", "fp16" or "no". An explicit --bf16 / --no-bf16 wins. A preset's bf16
     asks for half precision where it is fast: bf16 where it is native, fp16 with loss scaling on older GPUs
-    (V100, T4), none on a CPU without native bf16."""
+    (V100, T4), none on a CPU without native bf16 (`hardware.bf16_is_native`: the CPU's flags, not oneDNN's
+    emulation)."""
     if settings.bf16 is not None:
         return "bf16" if settings.bf16 else "no"
     if not recipe.bf16:
         return "no"
-    if _bf16_is_fast():
+    if bf16_is_native():
         return "bf16"
     return "fp16" if torch.cuda.is_available() else "no"
+
+
+def _precision_words(precision: str, recipe: TrainingPreset) -> str:
+    """The run's precision for the log, saying why a preset's bf16 was not taken on this CPU."""
+    if precision != "no":
+        return precision
+    if recipe.bf16 and not torch.cuda.is_available():
+        return f"float32 (this {cpu_features().kind} CPU computes no bf16 natively)"
+    return "float32"
 
 
 @contextmanager
@@ -518,7 +521,7 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         + (f" or {recipe.max_minutes:g} minutes, whichever ends first," if recipe.max_minutes else "")
         + f" of ~{recipe.tokens_per_step} tokens "
         f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {state.num_processes} "
-        f"process(es)), warmup {recipe.warmup_steps}, {precision if precision != 'no' else 'float32'}, "
+        f"process(es)), warmup {recipe.warmup_steps}, {_precision_words(precision, recipe)}, "
         f"output {output_dir}"
     )
     with cpu_bf16_training(model) if precision == "bf16" and not torch.cuda.is_available() else nullcontext():

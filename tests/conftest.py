@@ -70,23 +70,29 @@ MEASURED_ONEDNN_MINIMA = {
     "_ONEDNN_MIN_TRAINING_ROWS": cpu_speedups._ONEDNN_MIN_TRAINING_ROWS,
     "_ONEDNN_MIN_INFERENCE_WEIGHT": cpu_speedups._ONEDNN_MIN_INFERENCE_WEIGHT,
 }
+# Whether `CPULinear` takes oneDNN on this CPU at all, as the package decides it (AMD CPUs only).
+SHIPPED_ONEDNN_FLOAT32_LINEAR = cpu_speedups._ONEDNN_FLOAT32_LINEAR
 
 
 @pytest.fixture(autouse=True)
 def onednn_for_tiny_products(monkeypatch):
     """Tiny models' products are far below the sizes where oneDNN pays, so the tests lower those sizes to
     nothing: the oneDNN path stays checked against plain torch and under every wrapper. The sizes
-    themselves are checked in test_cpu_speedups.py."""
+    themselves are checked in test_cpu_speedups.py. The path is taken on every x86 CPU here, Intel's too,
+    where the package leaves it off for speed but its numbers must still hold."""
     for name in MEASURED_ONEDNN_MINIMA:
         monkeypatch.setattr(cpu_speedups, name, 0)
+    monkeypatch.setattr(cpu_speedups, "_ONEDNN_FLOAT32_LINEAR", cpu_speedups._X86_ONEDNN)
 
 
 @pytest.fixture
 def shipped_onednn_sizes(monkeypatch):
     """For tests that compare this process's results bit for bit with a fresh interpreter's (remote code,
-    scripts): both must take the same GEMM, so this process keeps the sizes the package ships."""
+    scripts): both must take the same GEMM, so this process keeps the sizes and the CPU gate the package
+    ships."""
     for name, value in MEASURED_ONEDNN_MINIMA.items():
         monkeypatch.setattr(cpu_speedups, name, value)
+    monkeypatch.setattr(cpu_speedups, "_ONEDNN_FLOAT32_LINEAR", SHIPPED_ONEDNN_FLOAT32_LINEAR)
 
 
 @pytest.fixture

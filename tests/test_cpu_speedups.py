@@ -297,10 +297,10 @@ def test_beam_reordering_fills_a_free_position_and_equals_plain_reordering(monke
 def test_chunked_loss_and_gradient_equal_torch_cross_entropy(monkeypatch, dtype):
     vocab = 50
     # 3 rows per chunk: 10 positions make chunks of 3, 3, 3 and 1, with ignored positions across a boundary.
-    monkeypatch.setattr(cpu_speedups, "_CROSS_ENTROPY_CHUNK_BYTES", 3 * 4 * vocab)
-    assert cpu_speedups._chunk_rows(vocab) == 3
+    monkeypatch.setitem(cpu_speedups._CROSS_ENTROPY_CHUNK_BYTES, "cpu", 3 * 4 * vocab)
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 5, vocab, generator=generator).to(dtype).requires_grad_()
+    assert cpu_speedups._chunk_rows(logits) == 3
     labels = torch.randint(0, vocab, (2, 5), generator=generator)
     labels[0, 2:4] = -100
     loss = label_smoothed_cross_entropy(logits, labels, 0.1)

@@ -6,6 +6,7 @@ import torch
 from conftest import tiny_model
 from test_marian_reference import random_marian
 
+from hf_vanilla_transformer import cpu_speedups
 from hf_vanilla_transformer.conversion import convert_marian
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -92,3 +93,24 @@ def test_bf16_autocast_on_cuda_keeps_the_float32_loss():
     assert half.dtype == torch.float32
     assert abs(half.item() - full.item()) <= 2e-2 * full.item()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_loss_on_cuda_equals_torch_cross_entropy(monkeypatch, dtype):
+    """The chunked label-smoothed loss on a GPU (as benchmarks/bench_loss.py measures it there), chunk
+    boundaries included: the same loss and gradient as torch's cross_entropy on float32 logits."""
+    vocab = 50
+    monkeypatch.setitem(cpu_speedups._CROSS_ENTROPY_CHUNK_BYTES, "cuda", 3 * 4 * vocab)
+    generator = torch.Generator(CUDA).manual_seed(0)
+    logits = torch.randn(10, vocab, device=CUDA, generator=generator).to(dtype).requires_grad_()
+    labels = torch.randint(0, vocab, (10,), device=CUDA, generator=generator)
+    labels[2:4] = -100
+    loss = cpu_speedups.chunked_label_smoothed_cross_entropy_sum(logits, labels, 0.1)
+    loss.backward()
+    reference_logits = logits.detach().float().requires_grad_()
+    reference = torch.nn.functional.cross_entropy(
+        reference_logits, labels, ignore_index=-100, label_smoothing=0.1, reduction="sum"
+    )
+    reference.backward()
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(logits.grad, reference_logits.grad.to(dtype))

@@ -98,6 +98,7 @@ MAIN_FILES = {
     "modeling_vanilla_transformer.py",
     "generation_vanilla_transformer.py",
     "cpu_speedups.py",
+    "hardware.py",
     "tokenizer.json",
     "tokenizer_config.json",
     "translation_pipeline.py",

@@ -202,17 +202,17 @@ def test_every_step_holds_about_the_recipe_tokens(preset, processes, layout):
 def test_half_precision_choice(monkeypatch, corpus, tmp_path):
     base = TRAINING_PRESETS["base"]
     run = settings(corpus, tmp_path)
-    monkeypatch.setattr(training, "_bf16_is_fast", lambda: False)
+    monkeypatch.setattr(training, "bf16_is_native", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     # A GPU without native bf16 (V100, T4): fp16 with loss scaling; an explicit --bf16 or --no-bf16 wins.
     assert training._mixed_precision(run, base) == "fp16"
     assert training._mixed_precision(replace(run, bf16=True), base) == "bf16"
     assert training._mixed_precision(replace(run, bf16=False), base) == "no"
     assert run.workers() == training.GPU_DATALOADER_WORKERS
-    monkeypatch.setattr(training, "_bf16_is_fast", lambda: True)
+    monkeypatch.setattr(training, "bf16_is_native", lambda: True)
     assert training._mixed_precision(run, base) == "bf16"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(training, "_bf16_is_fast", lambda: False)
+    monkeypatch.setattr(training, "bf16_is_native", lambda: False)
     assert training._mixed_precision(run, base) == "no" and run.workers() == 0
 
 

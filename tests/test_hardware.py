@@ -1,0 +1,114 @@
+"""The precision and kernel choices made from the CPU's feature flags (`hardware`), on each CPU kind users
+train on, with the flags faked as `/proc/cpuinfo` lists them, and on this machine against torch's own
+CPUID probes."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from hf_vanilla_transformer import cpu_speedups, hardware, training
+from hf_vanilla_transformer.hardware import CPUFeatures
+from hf_vanilla_transformer.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.training import TrainingSettings
+
+BASE_FLAGS = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma"
+
+
+def cpuinfo(vendor: str, flags: str, processors: int = 2) -> str:
+    """The text of /proc/cpuinfo for a machine of `processors` identical logical CPUs."""
+    return "\n".join(
+        f"processor\t: {n}\nvendor_id\t: {vendor}\nmodel name\t: test\nflags\t\t: {BASE_FLAGS} {flags}\n"
+        for n in range(processors)
+    )
+
+
+# (name, vendor, the flags that matter, kind, native bf16, oneDNN float32 linear)
+CPU_KINDS = [
+    ("AMD Zen 2 / Zen 3", "AuthenticAMD", "avx2", "avx2", False, True),
+    (
+        "Intel Skylake-SP / Cascade Lake",
+        "GenuineIntel",
+        "avx2 avx512f avx512bw avx512_vnni",
+        "avx512",
+        False,
+        False,
+    ),
+    ("Intel Ice Lake", "GenuineIntel", "avx2 avx512f avx512_vnni avx512_vbmi2", "avx512", False, False),
+    ("AMD Zen 4 / Zen 5", "AuthenticAMD", "avx2 avx512f avx512_vnni avx512_bf16", "avx512_bf16", True, True),
+    ("Intel Cooper Lake", "GenuineIntel", "avx2 avx512f avx512_bf16", "avx512_bf16", True, False),
+    (
+        "Intel Sapphire Rapids",
+        "GenuineIntel",
+        "avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8",
+        "amx",
+        True,
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "vendor", "flags", "kind", "native_bf16", "onednn"), CPU_KINDS)
+def test_each_cpu_kind_is_read_from_its_flags(name, vendor, flags, kind, native_bf16, onednn):
+    features = CPUFeatures.parse(cpuinfo(vendor, flags))
+    assert features.kind == kind, name
+    assert features.native_bf16 is native_bf16, name
+    assert cpu_speedups.onednn_float32_linear_pays(features) is (onednn and cpu_speedups._X86_ONEDNN), name
+
+
+@pytest.mark.parametrize(("name", "vendor", "flags", "kind", "native_bf16", "onednn"), CPU_KINDS)
+def test_a_preset_trains_in_bf16_only_where_the_cpu_computes_it(
+    monkeypatch, tmp_path, name, vendor, flags, kind, native_bf16, onednn
+):
+    """The `cpu` preset asks for bf16; a CPU without AVX-512 BF16 or AMX trains in float32 even though
+    oneDNN says it supports bf16 there (by emulation), and the log says why."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    for module in (hardware, training):
+        monkeypatch.setattr(module, "cpu_features", lambda: CPUFeatures.parse(cpuinfo(vendor, flags)))
+    recipe, run = TRAINING_PRESETS["cpu"], TrainingSettings(output_dir=tmp_path)
+    assert recipe.bf16
+    precision = training._mixed_precision(run, recipe)
+    assert precision == ("bf16" if native_bf16 else "no"), name
+    words = training._precision_words(precision, recipe)
+    assert words == "bf16" if native_bf16 else words == f"float32 (this {kind} CPU computes no bf16 natively)"
+    # An explicit choice wins on every kind.
+    assert training._mixed_precision(replace(run, bf16=True), recipe) == "bf16"
+    assert training._mixed_precision(replace(run, bf16=False), recipe) == "no"
+
+
+def test_only_the_first_processor_is_read():
+    """Logical CPUs repeat the same block; a later block's fields never overwrite the first's."""
+    text = (
+        cpuinfo("GenuineIntel", "avx2 avx512f")
+        + "\n\nprocessor\t: 9\nvendor_id\t: Other\nflags\t\t: amx_bf16\n"
+    )
+    features = CPUFeatures.parse(text)
+    assert features.vendor == "GenuineIntel" and features.kind == "avx512"
+
+
+def test_a_cpu_without_avx2_is_another_kind():
+    assert CPUFeatures.parse(cpuinfo("GenuineIntel", "")).kind == "other"
+    assert CPUFeatures.parse("").kind == "other" and not CPUFeatures.parse("").native_bf16
+
+
+@pytest.mark.skipif(not hardware.CPUINFO.is_file(), reason="needs /proc/cpuinfo (Linux)")
+def test_this_machines_flags_agree_with_torchs_cpuid_probes():
+    """Two independent readings of this CPU: the kernel's flag list and torch's own CPUID probes."""
+    listed, probed = hardware.cpu_features(), CPUFeatures.from_torch_probes()
+    if not cpu_speedups._X86_ONEDNN:
+        pytest.skip("the probes are x86 CPUID")
+    assert listed.kind == probed.kind
+    assert listed.native_bf16 is probed.native_bf16 is hardware.bf16_is_native("cpu")
+
+
+def test_gpu_precision_follows_the_gpu(monkeypatch):
+    """On a GPU: bf16 where it computes bf16 natively (Ampere and newer), not where it emulates it."""
+    seen = []
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        seen.append(including_emulation)
+        return False
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert hardware.bf16_is_native("cuda") is False and seen == [False]
