@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: model sizes, the Marian/ours model pair, GEMM peaks, paired timing.
+"""Shared pieces of the benchmarks: model sizes, the Marian/ours model pair, GEMM peaks, paired timing,
+and the `--device` option of the benchmarks that also run on a CUDA GPU.
 
 Every comparison is a paired ratio measured in one process, with the two models run back to back in
 alternating order: on a machine shared with other jobs, absolute times drift by 2x between minutes,
@@ -7,15 +8,19 @@ but the ratio of two runs a few seconds apart does not.
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from tokenizers import Tokenizer, models
@@ -35,6 +40,32 @@ def benchmark_parser(doc: str | None, batch: int) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="tiny dims, one repeat: a smoke test")
     return parser
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    """`--device`, for the benchmarks that also run on a CUDA GPU (read them with `parse_device_args`)."""
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="cuda: the first CUDA GPU, with the defaults for a GPU that the script's docstring gives",
+    )
+
+
+def parse_device_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None, cuda_defaults: dict[str, Any]
+) -> argparse.Namespace:
+    """The arguments; with `--device cuda`, the options not given on the command line take their values
+    from `cuda_defaults`. Without a CUDA GPU, `--device cuda` exits with status 2 and a one-line error."""
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            parser.exit(
+                2, f"{parser.prog}: error: --device cuda, but torch {torch.__version__} finds no GPU\n"
+            )
+        parser.set_defaults(**cuda_defaults)
+        args = parser.parse_args(argv)
+    return args
 
 
 @dataclass(frozen=True)
@@ -131,29 +162,73 @@ def paired_ratios(times: dict[str, list[float]], reference: str) -> dict[str, fl
     }
 
 
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+def timed(fn: Callable[[], object], device: str = "cpu") -> float:
+    """Seconds that `fn()` takes. On a GPU, between two CUDA events recorded before and after it, with the
+    GPU synchronized first and last: the time until its last kernel has finished, not only launched."""
+    if device == "cpu":
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    torch.cuda.synchronize()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
     fn()
-    return time.perf_counter() - start
+    end.record()
+    torch.cuda.synchronize()
+    return begin.elapsed_time(end) / 1000
 
 
-def gemm_peaks(repeats: int = 5, m: int = 4096, k: int = 512, n: int = 2048) -> dict[str, float]:
-    """Best-of GFLOP/s of one (m x k) @ (k x n) product: fp32 through torch's default (MKL), fp32 through
-    oneDNN, and bf16 (oneDNN with AVX-512 BF16 where the CPU has it). MFU is quoted against these."""
-    x, w = torch.randn(m, k), torch.randn(n, k)
+T = TypeVar("T")
+
+
+def attempt(device: str, label: str, fn: Callable[[], T], errors: dict[str, str]) -> T | None:
+    """`fn()`. On a GPU, an exception (out of memory, a failed compilation) is printed with its traceback,
+    kept as `errors[label]`, and None returned, so that one failing variant does not end a run on a machine
+    lent for minutes; on the CPU it propagates, as it always did."""
+    if device == "cpu":
+        return fn()
+    try:
+        return fn()
+    except Exception as error:
+        traceback.print_exc()
+        errors[label] = f"{type(error).__name__}: {error}".splitlines()[0]
+        print(f"  {label} failed: {errors[label]}", file=sys.stderr)
+    gc.collect()  # the failed variant's tensors went with the traceback: hand their memory back
+    torch.cuda.empty_cache()
+    return None
+
+
+def repeated(fn: Callable[[], object], calls: int) -> None:
+    for _ in range(calls):
+        fn()
+
+
+# (m, k, n) of the products that GEMM peaks are measured on: on a CPU, the shape of a base model's linear
+# layers at a few thousand tokens; on a GPU, a product big enough to reach the tensor cores' peak.
+GEMM_SHAPES = {"cpu": (4096, 512, 2048), "cuda": (8192, 8192, 8192)}
+
+
+def gemm_peaks(repeats: int = 5, device: str = "cpu") -> dict[str, float]:
+    """Best-of GFLOP/s of one (m x k) @ (k x n) product of `GEMM_SHAPES[device]`: fp32 through torch's
+    default (MKL on a CPU; cuBLAS at torch's float32 matmul precision on a GPU) and bf16 (oneDNN with
+    AVX-512 BF16 where the CPU has it); on a CPU also fp32 through oneDNN. MFU is quoted against these.
+    On a GPU each measurement times 10 products back to back between CUDA events."""
+    m, k, n = GEMM_SHAPES[device]
+    x, w = torch.randn(m, k, device=device), torch.randn(n, k, device=device)
     xb, wb = x.bfloat16(), w.bfloat16()
-    paths: dict[str, Callable[[], object]] = {
-        "fp32_default": lambda: torch.nn.functional.linear(x, w),
-        "fp32_onednn": lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], ""),
-        "bf16": lambda: torch.nn.functional.linear(xb, wb),
-    }
-    flops = 2 * m * k * n
+    paths: dict[str, Callable[[], object]] = {"fp32_default": lambda: torch.nn.functional.linear(x, w)}
+    if device == "cpu":
+        paths["fp32_onednn"] = lambda: torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+    paths["bf16"] = lambda: torch.nn.functional.linear(xb, wb)
+    calls = 1 if device == "cpu" else 10
+    flops = 2 * m * k * n * calls
     best = {name: 0.0 for name in paths}
     for fn in paths.values():
         fn()
     for _ in range(repeats):
         for name, fn in paths.items():
-            best[name] = max(best[name], flops / timed(fn) / 1e9)
+            seconds = timed(lambda fn=fn: repeated(fn, calls), device)
+            best[name] = max(best[name], flops / seconds / 1e9)
     return best
 
 
@@ -173,7 +248,9 @@ def machine_line() -> dict[str, str]:
     import transformers
 
     flags = set(lscpu.split())
+    gpu = {"gpu": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}
     return {
+        **gpu,
         "cpu": model,
         "vendor": vendor,
         "avx512_bf16": str("avx512_bf16" in flags),

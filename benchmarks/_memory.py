@@ -1,7 +1,9 @@
-"""Peak memory while a block of code runs, sampled by a thread (the kernel keeps no peak for a time span).
+"""Peak memory while a block of code runs, sampled by a thread (the kernel keeps no peak for a time span),
+or on a GPU read from torch's allocator, which keeps one.
 
-`PeakRSS` measures one process's growth over its own start, as training a step needs; `MemoryPeaks` the
-peaks of a process and of its children (e.g. `Dataset.map`'s workers), resident and anonymous.
+`PeakRSS` measures one process's growth over its own start, as training a step needs, and `CudaPeak` the
+same on a GPU (`step_memory` picks the one for a device); `MemoryPeaks` the peaks of a process and of its
+children (e.g. `Dataset.map`'s workers), resident and anonymous.
 """
 
 import ctypes
@@ -11,6 +13,7 @@ import time
 from typing import Self
 
 import psutil
+import torch
 
 
 class SampledPeaks:
@@ -71,6 +74,32 @@ class PeakRSS(SampledPeaks):
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
         self.peak_delta = self.peak - self.start_rss
+
+
+class CudaPeak:
+    """Peak GPU memory held by tensors while the block runs (`torch.cuda.max_memory_allocated` after
+    `reset_peak_memory_stats`): `peak`, everything allocated, the models and optimizer states resident
+    before the block included, and `peak_delta`, its growth over the start, as `PeakRSS` measures."""
+
+    def __init__(self) -> None:
+        self.peak_delta = 0
+        self.peak = 0
+
+    def __enter__(self) -> Self:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        self.start = torch.cuda.memory_allocated()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.cuda.synchronize()
+        self.peak = torch.cuda.max_memory_allocated()
+        self.peak_delta = self.peak - self.start
+
+
+def step_memory(device: str) -> PeakRSS | CudaPeak:
+    """The measure of a training step's memory on `device`: resident growth on a CPU, allocated on a GPU."""
+    return PeakRSS() if device == "cpu" else CudaPeak()
 
 
 def _memory(pid: int) -> tuple[int, int]:

@@ -3,6 +3,8 @@
     python benchmarks/bench_generate.py                     # base and small, beam 4 and greedy (~10 min)
     python benchmarks/bench_generate.py --sizes base --searches beam4 --repeats 5
     python benchmarks/bench_generate.py --quick             # tiny dims, seconds: what the tests run
+    python benchmarks/bench_generate.py --device cuda       # base, batch 64, float32 and bf16 (~1 min)
+    python benchmarks/bench_generate.py --device cuda --cache static --searches greedy --dtypes bf16
 
 Ours is converted from a random MarianMTModel (`convert_marian`), so both hold the same weights; before
 any timing, both decode the benchmark batch in fp32 and their outputs must be identical token for token
@@ -22,6 +24,18 @@ Marian converter (`ct2-marian-*`). CTranslate2 and ONNX Runtime get as many thre
 engine skips its columns with the reason in `notes`. Their outputs are compared with Marian's but not
 required to match (other kernels; int8 weights). `--int8` adds ours with torch's dynamic int8
 quantization of the linear layers, with its agreement with the fp32 outputs as token accuracy and BLEU.
+
+`--dtypes float32 bf16` decodes with the models' weights in each dtype (float32 first; the exported
+engines and int8 in float32 only); a bf16 search is named `beam4-bf16`, and its outputs are compared with
+Marian's but not required to match. `--cache static` passes `cache_implementation="static"` to `generate`
+for Marian and ours (on a GPU transformers then compiles their decoding steps, in the untimed first run).
+
+On a GPU (`--device cuda`; without one the script exits with status 2), the defaults become the base
+size, batch 64 and both dtypes, and only Marian and ours run (CTranslate2, ONNX Runtime and int8 are the
+CPU's engines; the CPU speed-ups change nothing on a GPU). Every run is timed between CUDA events with the
+GPU synchronized before and after. There a failed check (outputs that differ in float32, outputs shorter
+than `--new-tokens`) is kept in `notes` instead of stopping the run, and an engine that fails (out of
+memory, a failed compilation) is kept with its error while the others go on.
 """
 
 import argparse
@@ -30,6 +44,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -40,11 +55,14 @@ from _common import (  # noqa: E402
     FIRST_ORDINARY,
     SIZES,
     Size,
+    add_device_option,
+    attempt,
     benchmark_parser,
     format_table,
     machine_line,
     model_pair,
     names_tokenizer,
+    parse_device_args,
     size_dict,
     timed,
     token_names,
@@ -62,6 +80,9 @@ from hf_vanilla_transformer.export import (  # noqa: E402
 from hf_vanilla_transformer.translation import quantize_int8  # noqa: E402
 
 SEARCHES = {"beam4": 4, "greedy": 1}
+DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
+# What --device cuda changes, for the options not given (see the module docstring).
+CUDA_DEFAULTS = {"sizes": ["base"], "batch": 64, "dtypes": list(DTYPES)}
 
 
 def source_batch(size: Size, batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -72,7 +93,12 @@ def source_batch(size: Size, batch: int, length: int, seed: int = 0) -> dict[str
 
 
 def hf_generate(
-    model: torch.nn.Module, inputs: dict, beams: int, new_tokens: int, min_tokens: bool = False
+    model: torch.nn.Module,
+    inputs: dict,
+    beams: int,
+    new_tokens: int,
+    min_tokens: bool = False,
+    cache: str | None = None,
 ) -> torch.Tensor:
     return model.generate(
         **inputs,
@@ -81,6 +107,7 @@ def hf_generate(
         max_new_tokens=new_tokens,
         **({"min_new_tokens": new_tokens} if min_tokens else {}),
         **({"early_stopping": True, "length_penalty": 1.0} if beams > 1 else {}),
+        **({"cache_implementation": cache} if cache else {}),
     )
 
 
@@ -192,22 +219,30 @@ def exported_engines(
     return engines
 
 
-def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -> dict:
-    marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
-    marian.eval()
-    ours.eval()
+def check(passed: bool, message: str, device: str, notes: list[str]) -> None:
+    """On a CPU a failed check ends the run, as it always did; on a GPU, whose minutes are scarce, the
+    message is kept in `notes` and the run goes on."""
+    if passed:
+        return
+    if device == "cpu":
+        raise SystemExit(message)
+    notes.append(message)
+    print(message, file=sys.stderr)
+
+
+def cpu_engines(
+    marian: torch.nn.Module,
+    ours: torch.nn.Module,
+    size: Size,
+    inputs: dict,
+    args: argparse.Namespace,
+    workdir: Path,
+    notes: list[str],
+) -> dict[str, Callable[[int], object]]:
+    """The engines that decode on the CPU only, from the float32 weights: ours with int8 linear layers
+    (`--int8`), the Marian model in CTranslate2, and ours exported to CTranslate2 and ONNX."""
     min_tokens = args.force == "min-tokens"
-    if not min_tokens:
-        suppress_end_token(marian, ours)
-    inputs = source_batch(size, args.batch, args.src_len)
-    engines: dict[str, Callable[[int], object]] = {
-        "marian": lambda beams: hf_generate(marian, inputs, beams, args.new_tokens, min_tokens),
-        "ours": lambda beams: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens),
-        "ours-no-speedups": lambda beams: without_cpu_speedups(
-            lambda: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens)
-        ),
-    }
-    notes = []
+    engines: dict[str, Callable[[int], object]] = {}
     if args.int8:
         quantized = quantize_int8(ours)
         engines["ours-int8"] = lambda beams: hf_generate(
@@ -216,46 +251,118 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
     if not args.no_ctranslate2:
         try:
             for compute_type in ("float32", "int8"):
-                engine = CTranslate2Engine(marian, compute_type, workdir / name)
+                engine = CTranslate2Engine(marian, compute_type, workdir)
                 engines[f"ct2-marian-{compute_type}"] = (
                     lambda beams, e=engine: e.generate(inputs, beams, args.new_tokens, min_tokens)  # noqa: B008
                 )
         except ImportError:
             notes.append("CTranslate2 is not installed: its columns are skipped (pip install ctranslate2).")
             print(notes[-1], file=sys.stderr)
-    for engine, model in exported_engines(ours, size, args, workdir / name, notes).items():
+    for engine, model in exported_engines(ours, size, args, workdir, notes).items():
         engines[engine] = lambda beams, m=model: hf_generate(m, inputs, beams, args.new_tokens, min_tokens)
+    return engines
 
+
+def bench_search(
+    label: str,
+    beams: int,
+    engines: dict[str, Callable[[int], object]],
+    float32: bool,
+    args: argparse.Namespace,
+) -> dict:
+    """One search with every engine: a first, untimed run of each (the warm-up, and the outputs that are
+    compared with Marian's), then `--repeats` timed rounds in alternating order."""
+    notes: list[str] = []
+    errors: dict[str, str] = {}
+    outputs = {}
+    for engine, fn in engines.items():
+        output = attempt(args.device, engine, partial(fn, beams), errors)
+        if output is not None:
+            outputs[engine] = sequences_of(output)
+    if "marian" not in outputs:
+        return {"engines": {engine: {"error": error} for engine, error in errors.items()}, "notes": notes}
+    reference = outputs["marian"]
+    full_length = all(len(sequence) == args.new_tokens for sequence in reference)
+    check(
+        full_length,
+        f"[{label}] Marian's outputs are not all {args.new_tokens} tokens long.",
+        args.device,
+        notes,
+    )
+    identical = all(
+        outputs.get(engine) == reference for engine in engines if engine in ("ours", "ours-no-speedups")
+    )
+    if float32:
+        check(identical, f"[{label}] ours and Marian decode differently in fp32.", args.device, notes)
+    checks = {engine: agreement(reference, out) for engine, out in outputs.items() if engine != "marian"}
+    if "ours-int8" in outputs and "ours" in outputs:
+        checks["ours-int8"] = agreement(outputs["ours"], outputs["ours-int8"])
+
+    times: dict[str, list[float]] = {engine: [] for engine in outputs}
+    for round_ in range(args.repeats):
+        order = list(times) if round_ % 2 == 0 else list(times)[::-1]
+        for engine in (e for e in order if e not in errors):
+            t = attempt(
+                args.device, engine, partial(timed, partial(engines[engine], beams), args.device), errors
+            )
+            if t is not None:
+                times[engine].append(t)
+        print(f"  [{label}] round {round_ + 1}/{args.repeats} done", file=sys.stderr)
+    tokens = args.batch * args.new_tokens
+    rows: dict[str, dict] = {engine: {"error": error} for engine, error in errors.items()}
+    for engine, t in times.items():
+        if engine in errors:
+            continue
+        rows[engine] = {
+            "seconds": t,
+            "tokens_per_s": tokens / statistics.median(t),
+            **checks.get(engine, {}),
+        }
+        if "marian" not in errors:
+            rows[engine]["speedup_vs_marian"] = statistics.median(m / e for m, e in zip(times["marian"], t))
+    result = {"outputs_identical": identical, "full_length": full_length, "engines": rows, "notes": notes}
+    return {"outputs_identical_fp32": identical, **result} if float32 else result
+
+
+def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -> dict:
+    marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
+    marian.eval()
+    ours.eval()
+    min_tokens = args.force == "min-tokens"
+    if not min_tokens:
+        suppress_end_token(marian, ours)
+    inputs = {
+        key: value.to(args.device) for key, value in source_batch(size, args.batch, args.src_len).items()
+    }
+    notes = []
+    if args.device == "cpu":
+        extra = cpu_engines(marian, ours, size, inputs, args, workdir / name, notes)
+    else:
+        extra = {}
+        notes.append("CTranslate2, ONNX Runtime and int8 decode on the CPU: not run on the GPU.")
     searches = {}
-    for search in args.searches:
-        beams = SEARCHES[search]
-        outputs = {engine: sequences_of(fn(beams)) for engine, fn in engines.items()}  # also warms up
-        reference = outputs["marian"]
-        if any(len(sequence) != args.new_tokens for sequence in reference):
-            raise SystemExit(f"[{name} {search}] Marian's outputs are not all {args.new_tokens} tokens long.")
-        identical = outputs["ours"] == reference == outputs["ours-no-speedups"]
-        if not identical:
-            raise SystemExit(f"[{name} {search}] ours and Marian decode differently in fp32: not timing.")
-        checks = {engine: agreement(reference, out) for engine, out in outputs.items() if engine != "marian"}
-        if "ours-int8" in outputs:
-            checks["ours-int8"] = agreement(outputs["ours"], outputs["ours-int8"])
-
-        times: dict[str, list[float]] = {engine: [] for engine in engines}
-        for round_ in range(args.repeats):
-            order = list(engines) if round_ % 2 == 0 else list(engines)[::-1]
-            for engine in order:
-                times[engine].append(timed(lambda e=engine: engines[e](beams)))  # noqa: B023
-            print(f"  [{name} {search}] round {round_ + 1}/{args.repeats} done", file=sys.stderr)
-        tokens = args.batch * args.new_tokens
-        rows = {}
-        for engine, t in times.items():
-            rows[engine] = {
-                "seconds": t,
-                "tokens_per_s": tokens / statistics.median(t),
-                "speedup_vs_marian": statistics.median(m / e for m, e in zip(times["marian"], t)),
-                **checks.get(engine, {}),
+    # float32 first: the models are cast in place, and bf16 weights would not give the float32 ones back.
+    for dtype in sorted(args.dtypes, key=lambda d: d != "float32"):
+        marian.to(device=args.device, dtype=DTYPES[dtype])
+        ours.to(device=args.device, dtype=DTYPES[dtype])
+        engines: dict[str, Callable[[int], object]] = {
+            "marian": lambda beams: hf_generate(
+                marian, inputs, beams, args.new_tokens, min_tokens, args.cache
+            ),
+            "ours": lambda beams: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens, args.cache),
+        }
+        if args.device == "cpu":
+            engines["ours-no-speedups"] = lambda beams: without_cpu_speedups(
+                lambda: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens, args.cache)
+            )
+        if dtype == "float32":
+            engines |= extra
+        for search in args.searches:
+            key = search if dtype == "float32" else f"{search}-{dtype}"
+            searches[key] = {
+                "dtype": dtype,
+                **bench_search(f"{name} {key}", SEARCHES[search], engines, dtype == "float32", args),
             }
-        searches[search] = {"outputs_identical_fp32": identical, "engines": rows}
     return {
         "size": size_dict(size),
         "batch": args.batch,
@@ -268,7 +375,15 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
 
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__, batch=32)
+    add_device_option(parser)
     parser.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
+    parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=list(DTYPES), help="weights")
+    parser.add_argument(
+        "--cache",
+        default=None,
+        choices=["static"],
+        help="static: generate(cache_implementation='static') for Marian and ours (default: dynamic)",
+    )
     parser.add_argument("--src-len", type=int, default=24)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument(
@@ -281,7 +396,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-ctranslate2", action="store_true", help="no CTranslate2 columns")
     parser.add_argument("--no-onnx", action="store_true", help="no ONNX Runtime column")
     parser.add_argument("--output", default="benchmarks/results_generate.json")
-    args = parser.parse_args(argv)
+    args = parse_device_args(parser, argv, CUDA_DEFAULTS)
     if args.quick:
         args.sizes, args.batch, args.src_len, args.new_tokens, args.repeats = ["tiny"], 4, 8, 8, 1
     if args.threads:
@@ -297,13 +412,16 @@ def main(argv: list[str] | None = None) -> dict:
     for name, data in result["sizes"].items():
         for search, s in data["searches"].items():
             for engine, row in s["engines"].items():
+                if "error" in row:
+                    rows.append([name, search, engine, f"failed: {row['error']}", "", "", ""])
+                    continue
                 rows.append(
                     [
                         name,
                         search,
                         engine,
                         f"{row['tokens_per_s']:.0f}",
-                        f"{row['speedup_vs_marian']:.2f}",
+                        f"{row['speedup_vs_marian']:.2f}" if "speedup_vs_marian" in row else "",
                         f"{100 * row['identical_sentences']:.0f}%"
                         if "identical_sentences" in row
                         else "(ref)",
@@ -311,7 +429,9 @@ def main(argv: list[str] | None = None) -> dict:
                     ]
                 )
     print(format_table(header, rows))
-    ok = all(s["outputs_identical_fp32"] for d in result["sizes"].values() for s in d["searches"].values())
+    fp32 = [s for d in result["sizes"].values() for s in d["searches"].values() if s["dtype"] == "float32"]
+    # A float32 search where Marian failed has no verdict: it counts as not identical.
+    ok = all(s.get("outputs_identical_fp32", False) for s in fp32) if fp32 else None
     result["outputs_identical_fp32"] = ok
     print(f"ours and Marian outputs identical in fp32: {ok}")
     write_result(result, args.output)

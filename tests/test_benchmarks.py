@@ -1,32 +1,77 @@
-"""The benchmark scripts run end to end (--quick, tiny dims) and their correctness checks pass.
+"""The benchmark scripts run end to end (--quick, tiny dims) and their correctness checks pass; on a
+machine without a GPU, `--device cuda` is a one-line error.
 
 Timings are not asserted: they mean nothing on a shared test machine at tiny dims.
 """
 
 import json
 import os
+import random
 import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import MEASURED_ONEDNN_MINIMA, REPO_ROOT
 
 from hf_vanilla_transformer import cpu_speedups
 
 SCRIPTS = REPO_ROOT / "benchmarks"
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
 
 
 def run(script: str, tmp_path, *extra: str) -> dict:
     output = tmp_path / f"{script}.json"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
     subprocess.run(
         [sys.executable, str(SCRIPTS / script), "--quick", "--output", str(output), *extra],
         cwd=REPO_ROOT,
-        env=env,
+        env=ENV,
         check=True,
         timeout=600,
     )
     return json.loads(output.read_text())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without a CUDA GPU")
+@pytest.mark.parametrize("script", ["bench_train.py", "bench_generate.py"])
+def test_device_cuda_without_a_gpu_is_a_one_line_error(script):
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), "--device", "cuda"],
+        cwd=REPO_ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.endswith("finds no GPU\n") and completed.stderr.count("\n") == 1, completed.stderr
+
+
+def write_newstest(folder, pairs: int) -> None:
+    """Stand-ins for the newstest2013 and 2014 files: sentences of 1 to 40 words, `pairs` in each year."""
+    folder.mkdir()
+    generator = random.Random(0)
+    words = [f"w{i}" for i in range(300)]
+    for name in ("newstest2013", "newstest2014"):
+        for language in ("en", "de"):
+            lines = (" ".join(generator.choices(words, k=generator.randint(1, 40))) for _ in range(pairs))
+            (folder / f"{name}.{language}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_bench_train_quick_times_token_budget_batches_of_real_lengths(tmp_path):
+    write_newstest(tmp_path / "wmt14", pairs=100)
+    result = run("bench_train.py", tmp_path, "--data", str(tmp_path / "wmt14"))
+    assert result["data"]["pairs"] == 200 and result["data"]["batches_per_round"] == 3
+    size = result["sizes"]["tiny"]
+    # Budgets of 1000 padded tokens a side; the real target tokens, which tokens/s counts, are fewer.
+    assert size["steps_per_round"] == 3 and 0 < size["target_tokens_per_step"] <= 1000
+    assert all(row["tokens_per_s"] > 0 for row in size["rows"])
+
+
+def test_bench_train_data_without_the_files_is_skipped_with_the_reason(tmp_path):
+    result = run("bench_train.py", tmp_path, "--data", str(tmp_path / "absent"))
+    assert "lacks newstest2013.en, newstest2013.de" in result["skipped"] and "sizes" not in result
 
 
 @pytest.mark.slow
