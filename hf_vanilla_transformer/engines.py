@@ -27,6 +27,9 @@ is the `generate()` behind it:
 
 The exports' position tables have `max_position_embeddings` rows: inputs longer than that are refused on
 both exported engines; CTranslate2 stops outputs at the table's end, ONNX raises there.
+
+CTranslate2 decodes on the CPU or, with `device="cuda"`, on an NVIDIA GPU (`check_ctranslate2_device` says
+what it refuses); ONNX Runtime on the CPU only.
 """
 
 import json
@@ -48,6 +51,7 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .export import (
+    CTRANSLATE2_QUANTIZATIONS,
     ONNX_DECODER_FILE,
     ONNX_ENCODER_FILE,
     VMAP_FILE,
@@ -59,6 +63,11 @@ from .model_location import check_location, loading
 from .translation import load_tokenizers, translate
 
 ENGINES = ("torch", "ctranslate2", "onnx")
+CTRANSLATE2_DEVICES = ("cpu", "cuda")
+# "default" keeps the export's weight type, converted where the device cannot compute in it (an
+# int8_float16 export runs as int8_float32 on the CPU, say); "auto" takes the fastest type the device has.
+# The others are CTranslate2's weight types, which the weights are converted to when the model loads.
+CTRANSLATE2_COMPUTE_TYPES = ("default", "auto", *CTRANSLATE2_QUANTIZATIONS)
 # CTranslate2 stops at the first finished best hypothesis when its length penalty is 0, where transformers
 # waits for beam-size finished hypotheses; this penalty keeps transformers' rule and ranks as the raw scores.
 _CT2_NEUTRAL_PENALTY = 1e-9
@@ -105,12 +114,16 @@ def export_info(name_or_path: str | Path, engine: str) -> dict[str, Any]:
     return info
 
 
+def _first_line(error: Exception) -> str:
+    """The first line of an engine's error message, or the error's type where it has none."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def _damaged_export(folder: Path, error: Exception) -> ValueError:
     """The one-line error for an export whose engine cannot read its files."""
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
     return ValueError(
-        f"Cannot load the export in {folder} ({reason}): a file is missing or damaged; export the model "
-        "again (vanilla-transformer export)."
+        f"Cannot load the export in {folder} ({_first_line(error)}): a file is missing or damaged; export "
+        "the model again (vanilla-transformer export)."
     )
 
 
@@ -125,6 +138,46 @@ def _check_source_lengths(lengths: list[int], positions: int) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 # CTranslate2
+
+
+def check_ctranslate2_device(device: str, compute_type: str = "default") -> None:
+    """Refuse, in a ValueError of one line that says the fix, what CTranslate2 cannot decode with here:
+    a device other than "cpu" or "cuda", "cuda" where CTranslate2 sees no CUDA device
+    (`ctranslate2.get_cuda_device_count()`), or a `compute_type` the device does not compute in
+    (`ctranslate2.get_supported_compute_types`: float16, bfloat16 and int8_float16 are GPU types). "default"
+    and "auto" are always taken: "default" keeps the export's weight type where the device computes in it,
+    and is converted (with CTranslate2's warning) where it does not: a float16 export to float32 on a CPU."""
+    require_packages("ctranslate2")
+    import ctranslate2
+
+    if device not in CTRANSLATE2_DEVICES:
+        raise ValueError(f"CTranslate2 decodes on {' or '.join(CTRANSLATE2_DEVICES)}, not {device!r}.")
+    if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise ValueError(
+            f"CTranslate2 {ctranslate2.__version__} finds no CUDA device here (no NVIDIA GPU, or a driver "
+            "older than its CUDA 12 build needs): decode on the CPU (device cpu), or on a machine with one."
+        )
+    supported = ctranslate2.get_supported_compute_types(device)
+    if compute_type not in ("default", "auto", *supported):
+        raise ValueError(
+            f"CTranslate2 cannot compute in {compute_type} on the {device} here: choose one of "
+            f"{sorted(supported)}, or default (the export's own type)"
+            + (", or decode on the GPU (device cuda)." if device == "cpu" else ".")
+        )
+
+
+# How CTranslate2 reports a CUDA library it loads on first use (cuBLAS at the first product) and cannot find.
+_CT2_MISSING_LIBRARY = "is not found or cannot be loaded"
+
+
+def _missing_cuda_library(error: RuntimeError) -> ValueError:
+    """The one-line error for a GPU that CTranslate2 sees but lacks a CUDA library for: its PyPI wheels are
+    CUDA 12 builds that load CUDA 12's cuBLAS (libcublas.so.12), which a CUDA 13 machine may not have."""
+    return ValueError(
+        f"CTranslate2 cannot decode on the GPU here ({_first_line(error)}): install CUDA 12's cuBLAS "
+        "(pip install nvidia-cublas-cu12) and add its nvidia/cublas/lib folder to LD_LIBRARY_PATH, or "
+        "decode on the CPU (device cpu)."
+    )
 
 
 @dataclass(frozen=True)
@@ -215,6 +268,8 @@ class CTranslate2Seq2SeqLM:
     `translation.translate` calls: token ids in, the decoder start token and the output ids (with the end
     token where the output has one, then padding) out, as transformers returns them.
 
+    `device` is "cpu" or "cuda", `compute_type` one of `CTRANSLATE2_COMPUTE_TYPES`: "default" keeps the
+    export's weight type; float16 and int8_float16 (say) compute on the GPU only (`check_ctranslate2_device`).
     `use_vmap`: decode over the export's vocabulary shortlist (`VMAP_FILE`) only; None (the default) does
     where the export has one. Each `translate_batch` call allows the shortlisted tokens of all its inputs.
     """
@@ -228,7 +283,7 @@ class CTranslate2Seq2SeqLM:
         threads: int = 0,
         use_vmap: bool | None = None,
     ) -> None:
-        require_packages("ctranslate2")
+        check_ctranslate2_device(device, compute_type)
         import ctranslate2
 
         folder = Path(folder)
@@ -257,6 +312,7 @@ class CTranslate2Seq2SeqLM:
         self.target_ids = {token: index for index, token in enumerate(self.target_tokens)}
         eos = self.info["eos_token_id"]
         self.end_token = self.target_tokens[eos[0] if isinstance(eos, list) else eos]
+        # Where `translation.translate` puts the token ids, which CTranslate2 reads as tokens on any device.
         self.device = torch.device("cpu")
 
     def eval(self) -> "CTranslate2Seq2SeqLM":
@@ -278,19 +334,24 @@ class CTranslate2Seq2SeqLM:
             groups.setdefault(options.max_decoding_length(len(row), positions), []).append(index)
         outputs: list[list[int]] = [[] for _ in rows]
         for max_length, members in groups.items():
-            results = self.translator.translate_batch(
-                [[self.source_tokens[i] for i in rows[member]] for member in members],
-                beam_size=options.beam_size,
-                num_hypotheses=options.beam_size,
-                length_penalty=options.ctranslate2_length_penalty,
-                max_decoding_length=max_length,
-                min_decoding_length=options.min_new_tokens,
-                max_input_length=0,
-                suppress_sequences=options.suppress_sequences,
-                use_vmap=self.use_vmap,
-                return_scores=True,
-                return_end_token=True,
-            )
+            try:
+                results = self.translator.translate_batch(
+                    [[self.source_tokens[i] for i in rows[member]] for member in members],
+                    beam_size=options.beam_size,
+                    num_hypotheses=options.beam_size,
+                    length_penalty=options.ctranslate2_length_penalty,
+                    max_decoding_length=max_length,
+                    min_decoding_length=options.min_new_tokens,
+                    max_input_length=0,
+                    suppress_sequences=options.suppress_sequences,
+                    use_vmap=self.use_vmap,
+                    return_scores=True,
+                    return_end_token=True,
+                )
+            except RuntimeError as error:
+                if _CT2_MISSING_LIBRARY not in str(error):
+                    raise
+                raise _missing_cuda_library(error) from error
             for member, result in zip(members, results):
                 scored = zip(result.hypotheses, result.scores)
                 best = max(scored, key=lambda pair: options.rank(pair[0], pair[1], self.end_token))[0]
@@ -456,26 +517,33 @@ def load_model(
     name_or_path: str | Path,
     engine: str | None = None,
     *,
+    device: str = "cpu",
     threads: int = 0,
     compute_type: str = "default",
     use_vmap: bool | None = None,
 ) -> Any:
     """What `translation.translate` decodes with on `engine` (default: `detect_engine`): the PyTorch model,
-    an `OnnxSeq2SeqLM` or a `CTranslate2Seq2SeqLM`. `threads` (0: the engine's default) applies to the
-    exported engines; `compute_type` (e.g. "int8" on an int8 export; "default" keeps the export's own) and
-    `use_vmap` (the export's vocabulary shortlist: None uses it where there is one, False turns it off) to
-    CTranslate2."""
+    an `OnnxSeq2SeqLM` or a `CTranslate2Seq2SeqLM`. `device` is where it decodes: a torch device for the
+    PyTorch model, "cpu" or "cuda" for CTranslate2, "cpu" for ONNX Runtime. `threads` (0: the engine's
+    default) applies to the exported engines; `compute_type` (e.g. "int8" on an int8 export, "float16" or
+    "int8_float16" on the GPU; "default" keeps the export's own) and `use_vmap` (the export's vocabulary
+    shortlist: None uses it where there is one, False turns it off) to CTranslate2."""
     engine = engine or detect_engine(name_or_path)
     if engine not in ENGINES:
         raise ValueError(f"Unknown engine {engine!r}: choose one of {list(ENGINES)}.")
     if engine == "ctranslate2":
         return CTranslate2Seq2SeqLM(
-            name_or_path, compute_type=compute_type, threads=threads, use_vmap=use_vmap
+            name_or_path, device=device, compute_type=compute_type, threads=threads, use_vmap=use_vmap
         )
     if engine == "onnx":
+        if device != "cpu":
+            raise ValueError(
+                f"The ONNX engine decodes on the CPU here, not on {device}: export for CTranslate2 to decode "
+                "on a GPU."
+            )
         return OnnxSeq2SeqLM(name_or_path, threads=threads)
     check_location(name_or_path)
-    return AutoModelForSeq2SeqLM.from_pretrained(name_or_path)
+    return AutoModelForSeq2SeqLM.from_pretrained(name_or_path).to(device)
 
 
 @dataclass
@@ -519,12 +587,15 @@ def load_translator(name_or_path: str | Path, engine: str | None = None, **optio
 
 
 __all__ = [
+    "CTRANSLATE2_COMPUTE_TYPES",
+    "CTRANSLATE2_DEVICES",
     "ENGINES",
     "CTranslate2Options",
     "CTranslate2Seq2SeqLM",
     "OnnxEncoderOutput",
     "OnnxSeq2SeqLM",
     "Translator",
+    "check_ctranslate2_device",
     "ctranslate2_options",
     "detect_engine",
     "export_info",

@@ -3,6 +3,7 @@
     echo "A dog runs in the park." | vanilla-transformer translate --model runs/demo/model
     vanilla-transformer translate --model org/name --input test.en --output test.hyp.de --device cuda
     vanilla-transformer translate --model runs/demo/ct2 --engine ctranslate2 --input test.en   # an export
+    vanilla-transformer translate --model runs/demo/ct2 --device cuda --compute-type int8_float16 < test.en
 
 Decoding follows the model's generation config (for this package's models, the paper's: beam 4, GNMT
 length penalty 0.6, output up to input length + 50); the flags override it. Every input line gives one
@@ -27,7 +28,13 @@ from ..cli import (
     refusals_in_one_line,
     run_command,
 )
-from ..engines import ENGINES, detect_engine, load_translator
+from ..engines import (
+    CTRANSLATE2_COMPUTE_TYPES,
+    ENGINES,
+    check_ctranslate2_device,
+    detect_engine,
+    load_translator,
+)
 from ..translation import quantize_int8, resolve_device
 
 STANDARD_STREAM = "-"
@@ -73,8 +80,14 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--device",
         choices=DEVICES,
         default="auto",
-        help="where the PyTorch model runs; auto: cuda when torch finds a GPU, else cpu (cpu for --int8 "
-        "and the exported engines, which run on the CPU)",
+        help="where the model runs; auto: cuda when torch finds a GPU, else cpu (cpu for --int8 and the "
+        "exported engines; a CTranslate2 export decodes on the GPU with cuda, an ONNX one on the CPU only)",
+    )
+    parser.add_argument(
+        "--compute-type",
+        choices=CTRANSLATE2_COMPUTE_TYPES,
+        help="CTranslate2's compute type: float16, int8_float16 and bfloat16 on the GPU, int8 or float32 on "
+        "the CPU, ... (default: the export's own weight type)",
     )
     parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
     parser.add_argument(
@@ -86,11 +99,22 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 
 def _device(args: argparse.Namespace, engine: str, parser: ArgumentParser) -> torch.device:
-    """The device the command translates on, or a one-line error for a device it cannot use."""
-    if args.device == "cuda" and engine != "torch":
-        parser.error(f"--device cuda: the {engine} engine runs on the CPU here; leave --device out.")
+    """The device the command translates on, or a one-line error for a device (or CTranslate2 compute
+    type) it cannot use. auto keeps the exported engines on the CPU."""
+    if args.compute_type is not None and engine != "ctranslate2":
+        parser.error(
+            f"--compute-type sets CTranslate2's compute type, and the {engine} engine translates here: leave "
+            "it out, or give a CTranslate2 export."
+        )
+    if args.device == "cuda" and engine == "onnx":
+        parser.error("--device cuda: the onnx engine runs on the CPU here; leave --device out.")
     if args.device == "cuda" and args.int8:
         parser.error("--int8 quantizes for the CPU: leave out --device cuda, or --int8 to decode on the GPU.")
+    if engine == "ctranslate2":
+        device = "cpu" if args.device == "auto" else args.device
+        with refusals_in_one_line(parser):
+            check_ctranslate2_device(device, args.compute_type or "default")
+        return torch.device(device)
     if engine != "torch" or args.int8:
         return torch.device("cpu")
     try:
@@ -119,20 +143,27 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     with refusals_in_one_line(parser):  # a damaged export info file
         engine = args.engine or detect_engine(args.model)
     if args.int8 and engine != "torch":
-        parser.error("--int8 quantizes the PyTorch model; export with --quantization int8 for CTranslate2.")
+        parser.error(
+            "--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8 (CPU) or "
+            "int8_float16 (GPU), or export with --quantization int8."
+        )
     device = _device(args, engine, parser)
     # Read before the model loads: input it cannot use is refused at once.
     lines = input_lines(args.input, "--input", parser, stdin=sys.stdin)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
-        translator = load_translator(args.model, engine, threads=args.threads or 0)
+        translator = load_translator(
+            args.model,
+            engine,
+            device=str(device),
+            threads=args.threads or 0,
+            compute_type=args.compute_type or "default",
+        )
     except ValueError as error:
         parser.error(str(error))
     if args.int8:
         translator.model = quantize_int8(translator.model)
-    elif engine == "torch":
-        translator.model.to(device)
     overrides = {
         "num_beams": args.num_beams,
         "length_penalty": args.length_penalty,
