@@ -66,7 +66,7 @@ def measure(
     return {
         "seconds": statistics.median(times[1:]),
         "peak_extra_bytes": extra,
-        "loss": loss,
+        "loss": loss.detach(),
         "grad": leaf.grad,
     }
 

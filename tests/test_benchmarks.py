@@ -141,3 +141,14 @@ def test_bench_ct2_backends_quick_times_both_backends_on_full_length_outputs(tmp
         assert row["full_length"] is True
         assert row["tokens_per_s"] > 0 and row["speedup_vs_onednn"] > 0
         assert 0.0 <= row["identical_to_onednn"] <= 1.0
+
+
+def test_bench_loss_quick_gives_torchs_loss_and_gradient(tmp_path):
+    """The chunked loss against torch's cross_entropy on bf16 logits: the same loss to float rounding, the
+    same gradient to bf16 rounding (values below 1, so within bf16's 2^-8 relative step)."""
+    result = run("bench_loss.py", tmp_path)
+    assert set(result["losses"]) == {"torch", "chunked"}
+    chunked = result["losses"]["chunked"]
+    assert chunked["loss_rel_diff"] < 1e-5
+    assert chunked["grad_max_abs_diff"] <= 2**-8
+    assert all(row["ms"] > 0 for row in result["losses"].values())
