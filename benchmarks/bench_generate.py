@@ -219,6 +219,35 @@ def exported_engines(
     return engines
 
 
+def gpu_ctranslate2_engines(
+    ours: torch.nn.Module,
+    size: Size,
+    inputs: dict,
+    args: argparse.Namespace,
+    workdir: Path,
+    notes: list[str],
+) -> dict[str, Callable[[int], object]]:
+    """Ours exported to CTranslate2 from the float32 weights and decoded on the GPU in float16 and
+    int8_float16, as `translate --engine ctranslate2 --device cuda --compute-type ...` decodes; an engine
+    CTranslate2 cannot load here is left out, with the reason added to `notes`."""
+    if args.no_ctranslate2:
+        return {}
+    min_tokens = args.force == "min-tokens"
+    source = ExportSource(ours, names_tokenizer(size.vocab), name="ours, random weights")
+    engines: dict[str, Callable[[int], object]] = {}
+    try:
+        folder = export_ctranslate2(source, workdir / "ours-ct2", quantization="float32")
+        for compute_type in ("float16", "int8_float16"):
+            model = CTranslate2Seq2SeqLM(folder, device="cuda", compute_type=compute_type)
+            engines[f"ours-ct2-{compute_type}"] = lambda beams, m=model: hf_generate(
+                m, inputs, beams, args.new_tokens, min_tokens
+            )
+    except (ExportError, ValueError, RuntimeError) as error:
+        notes.append(f"CTranslate2 on the GPU skipped: {error}")
+        print(notes[-1], file=sys.stderr)
+    return engines
+
+
 def check(passed: bool, message: str, device: str, notes: list[str]) -> None:
     """On a CPU a failed check ends the run, as it always did; on a GPU, whose minutes are scarce, the
     message is kept in `notes` and the run goes on."""
@@ -338,8 +367,8 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
     if args.device == "cpu":
         extra = cpu_engines(marian, ours, size, inputs, args, workdir / name, notes)
     else:
-        extra = {}
-        notes.append("CTranslate2, ONNX Runtime and int8 decode on the CPU: not run on the GPU.")
+        extra = gpu_ctranslate2_engines(ours, size, inputs, args, workdir / name, notes)
+        notes.append("ONNX Runtime and torch's int8 decode on the CPU: not run on the GPU.")
     searches = {}
     # float32 first: the models are cast in place, and bf16 weights would not give the float32 ones back.
     for dtype in sorted(args.dtypes, key=lambda d: d != "float32"):
@@ -355,7 +384,7 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
             engines["ours-no-speedups"] = lambda beams: without_cpu_speedups(
                 lambda: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens, args.cache)
             )
-        if dtype == "float32":
+        if dtype == "float32" or args.device != "cpu":  # CTranslate2 on the GPU: beside each dtype
             engines |= extra
         for search in args.searches:
             key = search if dtype == "float32" else f"{search}-{dtype}"
