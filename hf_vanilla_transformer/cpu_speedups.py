@@ -162,20 +162,31 @@ def _decoding_weight(module: nn.Module, weight: torch.Tensor, rows: int) -> torc
     return packed
 
 
-# Where oneDNN's float32 products beat torch's default GEMM, measured product by product and in whole training
-# steps and generate() calls on 2-core AMD EPYCs (benchmarks/bench_onednn.py, benchmarks/RESULTS.md): in
-# training, products of at least 3072 rows (a d_model 256 model's step over 1024 tokens ran 9% slower
-# through oneDNN, over 4096 tokens 11% faster); without gradients, weights of at least 2^18 elements
-# (512 x 512, 256 x 1024), as smaller ones ran up to 23% slower and a d_model 256 model decoded 9% slower
-# with every product through oneDNN.
-_ONEDNN_MIN_TRAINING_ROWS = 3072
-_ONEDNN_MIN_INFERENCE_WEIGHT = 2**18
+def onednn_float32_minima(features: CPUFeatures) -> tuple[int, int]:
+    """(rows, weight elements): the smallest training product and the smallest inference weight that
+    `CPULinear` sends through oneDNN on a CPU with these features, where oneDNN's float32 products were
+    measured faster than torch's default GEMM, product by product and in whole training steps and
+    generate() calls (benchmarks/bench_onednn.py, benchmarks/RESULTS.md):
+
+    - AMD Zen 5 (family 26), whose AVX-512 units are full width: every product without gradients (1.5x-2.8x
+      from 128 rows up) and training products from 1024 rows (1.3x-2.7x; at 128 rows some ran at 0.5x).
+    - Elsewhere (measured on AVX2-only Zen 2 and Zen 3): training products of at least 3072 rows (a d_model
+      256 model's step over 1024 tokens ran 9% slower through oneDNN, over 4096 tokens 11% faster), and
+      weights of at least 2^18 elements (512 x 512, 256 x 1024) without gradients, as smaller ones ran up
+      to 23% slower and a d_model 256 model decoded 9% slower with every product through oneDNN.
+    """
+    if features.is_amd and features.family == 26 and "avx512f" in features.flags:
+        return 1024, 0
+    return 3072, 2**18
+
+
+_ONEDNN_MIN_TRAINING_ROWS, _ONEDNN_MIN_INFERENCE_WEIGHT = onednn_float32_minima(cpu_features())
 
 
 class CPULinear(nn.Linear):
     """`nn.Linear`, whose float32 products on AMD CPUs (`onednn_float32_linear_pays`) run through oneDNN
     rather than torch's default GEMM where that was measured to be faster: training products of many rows,
-    and products with large weights in decoding (see `_ONEDNN_MIN_TRAINING_ROWS`; the same float32
+    and products with large weights in decoding (`onednn_float32_minima`, per CPU kind; the same float32
     arithmetic, summed in another order).
     Everywhere else, and under autocast or torch.compile, it is `nn.Linear.forward` itself. Wrappers see an
     `nn.Linear`: accelerate's offload hooks load the weight before this forward runs, and PEFT wraps it as

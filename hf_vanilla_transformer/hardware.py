@@ -32,10 +32,12 @@ CPUINFO = Path("/proc/cpuinfo")
 
 @dataclass(frozen=True)
 class CPUFeatures:
-    """A CPU's vendor and feature flags, in `/proc/cpuinfo`'s names (`avx512_bf16`, `amx_bf16`, ...)."""
+    """A CPU's vendor, family number and feature flags, in `/proc/cpuinfo`'s names (`avx512_bf16`,
+    `amx_bf16`, ...). AMD's families: 23 Zen 2, 25 Zen 3 and Zen 4, 26 Zen 5."""
 
     vendor: str
     flags: frozenset[str]
+    family: int = 0
 
     @classmethod
     def parse(cls, cpuinfo: str) -> "CPUFeatures":
@@ -46,7 +48,12 @@ class CPUFeatures:
                 break  # the first processor's block ends; the others repeat it
             key, _, value = line.partition(":")
             fields.setdefault(key.strip(), value.strip())
-        return cls(fields.get("vendor_id", ""), frozenset(fields.get("flags", "").split()))
+        family = fields.get("cpu family", "")
+        return cls(
+            fields.get("vendor_id", ""),
+            frozenset(fields.get("flags", "").split()),
+            int(family) if family.isdigit() else 0,
+        )
 
     @classmethod
     def from_torch_probes(cls) -> "CPUFeatures":

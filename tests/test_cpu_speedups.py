@@ -110,11 +110,22 @@ def test_cpu_linear_is_nn_linear_under_autocast_compile_and_when_off(monkeypatch
     assert "_OneDNNLinearFunctionBackward" not in grad_fn_names(layer(x))
 
 
+# The sizes `onednn_float32_minima` gives each CPU kind: AVX2-only AMD CPUs and Zen 4, and Zen 5.
+MINIMA_BY_KIND = {"AVX2 and Zen 4": (3072, 2**18), "Zen 5": (1024, 0)}
+
+
+def test_this_cpu_ships_one_of_the_measured_sizes():
+    assert tuple(MEASURED_ONEDNN_MINIMA.values()) in MINIMA_BY_KIND.values()
+
+
 @ONEDNN
-def test_cpu_linear_takes_onednn_only_from_the_measured_sizes(monkeypatch, shipped_onednn_sizes):
+@pytest.mark.parametrize("minima", MINIMA_BY_KIND.values(), ids=MINIMA_BY_KIND.keys())
+def test_cpu_linear_takes_onednn_only_from_the_measured_sizes(monkeypatch, minima):
     """Training products of fewer rows, and inference products with smaller weights, ran faster through
     torch's default GEMM: they stay `nn.Linear.forward`."""
-    min_rows, min_weight = MEASURED_ONEDNN_MINIMA.values()
+    min_rows, min_weight = minima
+    monkeypatch.setattr(cpu_speedups, "_ONEDNN_MIN_TRAINING_ROWS", min_rows)
+    monkeypatch.setattr(cpu_speedups, "_ONEDNN_MIN_INFERENCE_WEIGHT", min_weight)
     layer = cpu_speedups.CPULinear(8, 4)
     for rows, expected in ((min_rows - 1, False), (min_rows, True)):
         x = torch.randn(rows, 8, requires_grad=True)
@@ -128,7 +139,9 @@ def test_cpu_linear_takes_onednn_only_from_the_measured_sizes(monkeypatch, shipp
         cpu_speedups, "_onednn_linear", lambda *args: onednn_calls.append(args) or real_onednn_linear(*args)
     )
     width = 64
-    for out_features, expected in ((min_weight // width - 1, 0), (min_weight // width, 1)):
+    for out_features, expected in ((min_weight // width - 1, 0), (max(1, min_weight // width), 1)):
+        if out_features < 1:
+            continue  # every weight takes oneDNN
         layer = cpu_speedups.CPULinear(width, out_features).eval()
         x = torch.randn(5, width)
         with torch.no_grad():

@@ -15,57 +15,60 @@ from hf_vanilla_transformer.training import TrainingSettings
 BASE_FLAGS = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma"
 
 
-def cpuinfo(vendor: str, flags: str, processors: int = 2) -> str:
+def cpuinfo(vendor: str, flags: str, family: int = 6, processors: int = 2) -> str:
     """The text of /proc/cpuinfo for a machine of `processors` identical logical CPUs."""
     return "\n".join(
-        f"processor\t: {n}\nvendor_id\t: {vendor}\nmodel name\t: test\nflags\t\t: {BASE_FLAGS} {flags}\n"
+        f"processor\t: {n}\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel name\t: test\n"
+        f"flags\t\t: {BASE_FLAGS} {flags}\n"
         for n in range(processors)
     )
 
 
-# (name, vendor, the flags that matter, kind, native bf16, oneDNN float32 linear)
+AMD, INTEL = "AuthenticAMD", "GenuineIntel"
+SHIPPED_MINIMA, ZEN5_MINIMA = (3072, 2**18), (1024, 0)
+# (name, vendor, family, the flags that matter, kind, native bf16, oneDNN float32 linear and its minima)
 CPU_KINDS = [
-    ("AMD Zen 2 / Zen 3", "AuthenticAMD", "avx2", "avx2", False, True),
-    (
-        "Intel Skylake-SP / Cascade Lake",
-        "GenuineIntel",
-        "avx2 avx512f avx512bw avx512_vnni",
-        "avx512",
-        False,
-        False,
-    ),
-    ("Intel Ice Lake", "GenuineIntel", "avx2 avx512f avx512_vnni avx512_vbmi2", "avx512", False, False),
-    ("AMD Zen 4 / Zen 5", "AuthenticAMD", "avx2 avx512f avx512_vnni avx512_bf16", "avx512_bf16", True, True),
-    ("Intel Cooper Lake", "GenuineIntel", "avx2 avx512f avx512_bf16", "avx512_bf16", True, False),
+    ("AMD Zen 2", AMD, 23, "avx2", "avx2", False, SHIPPED_MINIMA),
+    ("AMD Zen 3", AMD, 25, "avx2", "avx2", False, SHIPPED_MINIMA),
+    ("Intel Skylake-SP / Cascade Lake", INTEL, 6, "avx2 avx512f avx512bw avx512_vnni", "avx512", False, None),
+    ("Intel Ice Lake", INTEL, 6, "avx2 avx512f avx512_vnni avx512_vbmi2", "avx512", False, None),
+    ("AMD Zen 4", AMD, 25, "avx2 avx512f avx512_vnni avx512_bf16", "avx512_bf16", True, SHIPPED_MINIMA),
+    ("AMD Zen 5", AMD, 26, "avx2 avx512f avx512_vnni avx512_bf16", "avx512_bf16", True, ZEN5_MINIMA),
+    ("Intel Cooper Lake", INTEL, 6, "avx2 avx512f avx512_bf16", "avx512_bf16", True, None),
     (
         "Intel Sapphire Rapids",
-        "GenuineIntel",
+        INTEL,
+        6,
         "avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8",
         "amx",
         True,
-        False,
+        None,
     ),
 ]
+KIND_FIELDS = ("name", "vendor", "family", "flags", "kind", "native_bf16", "onednn")
 
 
-@pytest.mark.parametrize(("name", "vendor", "flags", "kind", "native_bf16", "onednn"), CPU_KINDS)
-def test_each_cpu_kind_is_read_from_its_flags(name, vendor, flags, kind, native_bf16, onednn):
-    features = CPUFeatures.parse(cpuinfo(vendor, flags))
-    assert features.kind == kind, name
+@pytest.mark.parametrize(KIND_FIELDS, CPU_KINDS)
+def test_each_cpu_kind_is_read_from_its_flags(name, vendor, family, flags, kind, native_bf16, onednn):
+    features = CPUFeatures.parse(cpuinfo(vendor, flags, family))
+    assert (features.kind, features.family) == (kind, family), name
     assert features.native_bf16 is native_bf16, name
-    assert cpu_speedups.onednn_float32_linear_pays(features) is (onednn and cpu_speedups._X86_ONEDNN), name
+    pays = cpu_speedups.onednn_float32_linear_pays(features)
+    assert pays is (onednn is not None and cpu_speedups._X86_ONEDNN), name
+    if onednn is not None:
+        assert cpu_speedups.onednn_float32_minima(features) == onednn, name
 
 
-@pytest.mark.parametrize(("name", "vendor", "flags", "kind", "native_bf16", "onednn"), CPU_KINDS)
+@pytest.mark.parametrize(KIND_FIELDS, CPU_KINDS)
 def test_a_preset_trains_in_bf16_only_where_the_cpu_computes_it(
-    monkeypatch, tmp_path, name, vendor, flags, kind, native_bf16, onednn
+    monkeypatch, tmp_path, name, vendor, family, flags, kind, native_bf16, onednn
 ):
     """The `cpu` preset asks for bf16; a CPU without AVX-512 BF16 or AMX trains in float32 even though
     oneDNN says it supports bf16 there (by emulation), and the log says why."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
     for module in (hardware, training):
-        monkeypatch.setattr(module, "cpu_features", lambda: CPUFeatures.parse(cpuinfo(vendor, flags)))
+        monkeypatch.setattr(module, "cpu_features", lambda: CPUFeatures.parse(cpuinfo(vendor, flags, family)))
     recipe, run = TRAINING_PRESETS["cpu"], TrainingSettings(output_dir=tmp_path)
     assert recipe.bf16
     precision = training._mixed_precision(run, recipe)
@@ -88,7 +91,7 @@ def test_only_the_first_processor_is_read():
 
 
 def test_a_cpu_without_avx2_is_another_kind():
-    assert CPUFeatures.parse(cpuinfo("GenuineIntel", "")).kind == "other"
+    assert CPUFeatures.parse(cpuinfo(INTEL, "")).kind == "other"
     assert CPUFeatures.parse("").kind == "other" and not CPUFeatures.parse("").native_bf16
 
 
