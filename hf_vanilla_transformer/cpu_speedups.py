@@ -239,7 +239,9 @@ def with_nn_linear_layers(model: nn.Module) -> nn.Module:
 def _single_query_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, scaling: float
 ) -> torch.Tensor:
-    """Eq. 1 for one query row as two plain matmuls, taking SDPA's masks (boolean, True = attend)."""
+    """Eq. 1 for one query row as two plain matmuls, taking SDPA's masks (boolean, True = attend): the
+    model's `eager_attention_forward` for a decoding step, as tests/test_cpu_speedups.py checks
+    (`test_single_query_attention_equals_the_models_eager_attention`, `..._equals_sdpa`)."""
     scores = torch.matmul(query, key.transpose(2, 3)).mul_(scaling)
     if mask is not None and mask.dtype == torch.bool:
         scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
@@ -368,7 +370,8 @@ class _SmoothedCrossEntropySum(torch.autograd.Function):
     each a pass over the tokens x vocabulary tensor, and keeps the log-probabilities alive until the
     backward pass. Here nothing of that size is kept, the backward recomputes p and makes the gradient in
     one pass, and rows go in chunks that stay in cache, in float32 whatever the logits' dtype. A double
-    backward takes the same formula on the whole tensor, in differentiable ops.
+    backward takes the same formula on the whole tensor, in differentiable ops. The model's
+    `label_smoothed_cross_entropy` names the tests that hold this and torch's loss together.
     """
 
     @staticmethod

@@ -166,7 +166,10 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention, Eq. 1: softmax(Q K^T / sqrt(d_k)) V."""
+    """Scaled dot-product attention, Eq. 1: softmax(Q K^T / sqrt(d_k)) V.
+
+    A CPU decoding step computes the same formula as `cpu_speedups._single_query_attention`; tests in
+    tests/test_cpu_speedups.py hold the two, and SDPA, together (`test_single_query_attention_*`)."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         attn_weights = attn_weights + attention_mask
@@ -647,7 +650,10 @@ def label_smoothed_cross_entropy(
     the vocabulary. Positions labelled -100 are ignored. The sum is divided by `num_items_in_batch`
     when the Trainer passes it, so that gradient accumulation over micro-batches equals one big batch;
     otherwise by this batch's count of labelled tokens. Computed in float32 (on CPUs in cache-sized
-    chunks, `cpu_speedups.chunked_label_smoothed_cross_entropy_sum`: the same formula).
+    chunks, `cpu_speedups.chunked_label_smoothed_cross_entropy_sum`: the same formula). Two tests hold the
+    two implementations together: tests/test_modeling.py's `test_label_smoothed_loss_equals_hand_computation`
+    (each against the formula) and tests/test_cpu_speedups.py's
+    `test_chunked_loss_and_gradient_equal_torch_cross_entropy` (losses and gradients).
     """
     if logits.shape[:-1] != labels.shape:
         raise ValueError(

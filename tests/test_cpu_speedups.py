@@ -12,7 +12,10 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from hf_vanilla_transformer import cpu_speedups
-from hf_vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy
+from hf_vanilla_transformer.modeling_vanilla_transformer import (
+    eager_attention_forward,
+    label_smoothed_cross_entropy,
+)
 
 ONEDNN = pytest.mark.skipif(not cpu_speedups._X86_ONEDNN, reason="the oneDNN path is taken on x86 CPUs only")
 
@@ -254,6 +257,21 @@ def test_single_query_attention_equals_sdpa():
             expected = nn.functional.scaled_dot_product_attention(query, key, value, attention_mask)
             assert weights is None
             torch.testing.assert_close(out, expected.transpose(1, 2))
+
+
+def test_single_query_attention_equals_the_models_eager_attention():
+    """The decoding step's two matmuls against the model's own Eq. 1 (`eager_attention_forward`), which
+    takes the mask as an additive float mask."""
+    generator = torch.Generator().manual_seed(1)
+    query = torch.randn(2, 4, 1, 8, generator=generator)
+    key, value = torch.randn(2, 2, 4, 9, 8, generator=generator)
+    keep = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    keep[1, ..., 5:] = False
+    additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+    module = nn.Module().eval()
+    expected, _ = eager_attention_forward(module, query, key, value, additive, scaling=8**-0.5)
+    fast = cpu_speedups._single_query_attention(query, key, value, keep, 8**-0.5)
+    torch.testing.assert_close(fast, expected)
 
 
 def test_decoding_step_attention_keeps_dropout_and_half_precision_with_sdpa(monkeypatch):

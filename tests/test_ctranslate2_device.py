@@ -165,8 +165,8 @@ def test_a_gpu_without_cuda_12s_cublas_is_refused_in_one_line(
     assert "pip install nvidia-cublas-cu12" in error and "LD_LIBRARY_PATH" in error
 
 
-@needs_cuda
 @pytest.mark.skipif(not cublas_12_loads(), reason="CUDA 12's cuBLAS (libcublas.so.12) is not installed")
+@needs_cuda
 @pytest.mark.slow
 def test_float16_and_int8_float16_on_the_gpu_translate_as_float32_on_the_cpu(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -327,9 +327,12 @@ def test_beam_search_options():
 # Section 5.4: label smoothing, and the loss under gradient accumulation ----------------------------
 
 
-def test_label_smoothed_loss_equals_hand_computation():
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["torch's cross_entropy", "chunked on a CPU"])
+def test_label_smoothed_loss_equals_hand_computation(requires_grad):
+    """Both implementations of Section 5.4's loss, torch's `cross_entropy` (GPUs, inference, compiled) and
+    `cpu_speedups`' chunked loss (CPU training), against the formula computed by hand."""
     torch.manual_seed(0)
-    logits = torch.randn(2, 5, 11)
+    logits = torch.randn(2, 5, 11, requires_grad=requires_grad)
     labels = torch.randint(0, 11, (2, 5))
     labels[1, 3:] = -100
     eps = 0.1
