@@ -70,6 +70,14 @@ def translate(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    returned = generate_kwargs.get("num_return_sequences", model.generation_config.num_return_sequences)
+    if (returned or 1) != 1:
+        # generate() would give each sentence several rows, and pairing rows with sentences would shift
+        # every later sentence onto another's hypotheses.
+        raise ValueError(
+            f"translate() gives one translation per sentence, but num_return_sequences is {returned}: leave "
+            "it at 1, or call model.generate() for several hypotheses per input."
+        )
     decoder = target_tokenizer or tokenizer
     texts = list(sentences)
     outputs: list[str] = [""] * len(texts)
