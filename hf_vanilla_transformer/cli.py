@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn, TextIO, TypeVar
 
+from . import text_lines
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's own line breaks and adds each option's default to its help, except where
@@ -97,24 +99,20 @@ def check_writable(path: str | Path, flag: str, parser: ArgumentParser, kind: st
         parser.error(f"{flag} {path}: permission denied; give a {kind} this user may write.")
 
 
-def _segments(data: bytes, name: str) -> list[str]:
-    """UTF-8 `data` split into segments, one a line. Only "\n" ends a line: splitlines() would also split at
-    U+2028 and U+0085, which occur inside WMT sentences. The final newline does not start another segment.
-    A byte-order mark (which Windows editors write) is not text: kept, it would be part of the first
-    segment, and the first sentence would score as wrong."""
+def _segments(source: str | Path | bytes, name: str) -> list[str]:
+    """The segments of a UTF-8 file or of UTF-8 bytes, one a line (`text_lines` says what a line is); a
+    ValueError naming `name` and the byte where the text is not UTF-8."""
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
+        return text_lines.read_lines(source, name)
+    except text_lines.NotUTF8Error as error:
         raise ValueError(
-            f"{name} is not UTF-8 text (byte {error.start}): re-encode it, e.g. iconv -f latin1 -t utf-8."
+            f"{name} is not UTF-8 text (byte {error.byte}): re-encode it, e.g. iconv -f latin1 -t utf-8."
         ) from None
-    lines = text.split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def read_lines(path: str | Path) -> list[str]:
     """The segments of a UTF-8 text file, one a line; ValueError naming the file if it is not UTF-8."""
-    return _segments(Path(path).read_bytes(), str(path))
+    return _segments(path, str(path))
 
 
 def input_lines(path: str, flag: str, parser: ArgumentParser, stdin: TextIO | None = None) -> list[str]:

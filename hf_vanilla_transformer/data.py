@@ -38,6 +38,8 @@ from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 from transformers import PreTrainedTokenizerBase
 
+from .text_lines import line_chunks
+
 # Letters and digits, in parts joined by "_" or "-": "en", "pt_BR", "eng_Latn", "zh-Hans". The code becomes a
 # file suffix ("train.eng_Latn"), so dots, slashes and spaces are refused.
 _LANGUAGE_CODE = re.compile(r"[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)*")
@@ -96,27 +98,13 @@ def _open_binary(path: Path) -> BinaryIO:
 
 def _read_lines(path: Path) -> Iterator[LinesChunk]:
     """Yield (1-based number of the first line, lines) chunks of a UTF-8 text file, gzip-compressed if its
-    name ends in ``.gz``; lines lose their "\\n" and the first line its byte-order mark."""
+    name ends in ``.gz`` (`text_lines.line_chunks`: lines lose their "\\r\\n" or "\\n", the first line its
+    byte-order mark)."""
     _check_file(path)
     count = 0
-    # Binary iteration splits on b"\n" only (see the module docstring).
     with _open_binary(path) as handle:
-        while raw := list(itertools.islice(handle, _CHUNK_LINES)):
-            joined = b"".join(raw)
-            try:
-                text = joined.decode("utf-8")
-            except UnicodeDecodeError as error:
-                number = count + 1 + joined.count(b"\n", 0, error.start)
-                raise ValueError(
-                    f"{path}, line {number}: not valid UTF-8 ({error.reason}); re-encode the file."
-                ) from None
-            lines = text.split("\n")
-            if raw[-1].endswith(b"\n"):
-                lines.pop()
-            if count == 0:
-                # Editors on Windows often start UTF-8 files with a byte-order mark; strip() keeps it.
-                lines[0] = lines[0].removeprefix("\ufeff")
-            yield count + 1, lines
+        for first, lines in line_chunks(handle, str(path), _CHUNK_LINES):
+            yield first, lines
             count += len(lines)
     if count == 0:
         raise ValueError(f"Data file {path} is empty; it must hold one sentence (pair) per line.")

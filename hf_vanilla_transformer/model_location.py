@@ -62,6 +62,13 @@ def read_export_info(folder: str | Path) -> dict[str, Any] | None:
     return info
 
 
+def write_export_info(folder: str | Path, engine: str, **details: Any) -> None:
+    """Write the `EXPORT_INFO_FILE` of a folder exported for `engine`, which `read_export_info` reads back:
+    the engine's name, and `details` (what it is an export of, its token ids, ...)."""
+    info = {"engine": engine, **details}
+    (Path(folder) / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+
 def remove_model_descriptions(folder: str | Path) -> None:
     """Delete what `MODEL_DESCRIPTION_FILES` holds in `folder`: call it when another model replaces one."""
     for name in MODEL_DESCRIPTION_FILES:

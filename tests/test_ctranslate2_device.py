@@ -21,10 +21,10 @@ from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
 from hf_vanilla_transformer.engines import (
     CTRANSLATE2_COMPUTE_TYPES,
     check_ctranslate2_device,
+    export,
     load_model,
     load_translator,
 )
-from hf_vanilla_transformer.export import export
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="not installed (pip install -e '.[export]')")
 

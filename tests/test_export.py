@@ -1,4 +1,4 @@
-"""The export package, engines.py and scripts/export.py: CTranslate2 and ONNX exports decode as
+"""The export package, the engines package and scripts/export.py: CTranslate2 and ONNX exports decode as
 generate() does.
 
 The models are trained here for a few seconds to reverse word sequences (with separate vocabularies, also to
@@ -31,6 +31,7 @@ from hf_vanilla_transformer.engines import (
     OnnxSeq2SeqLM,
     ctranslate2_options,
     detect_engine,
+    export,
     load_model,
     load_translator,
 )
@@ -44,7 +45,6 @@ from hf_vanilla_transformer.export import (
     Shortlist,
     build_shortlist,
     ctranslate2_refusals,
-    export,
     export_ctranslate2,
     load_for_export,
     vocabulary_tokens,

@@ -17,13 +17,8 @@ the PyTorch model's decoding.
 import argparse
 
 from ..cli import ArgumentParser, check_writable, positive_int, run_command
-from ..export import (
-    CTRANSLATE2_QUANTIZATIONS,
-    DEFAULT_SHORTLIST_SIZE,
-    EXPORT_TARGETS,
-    ExportError,
-    export,
-)
+from ..engines import EXPORT_TARGETS, export
+from ..export import CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHORTLIST_SIZE, ExportError
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:

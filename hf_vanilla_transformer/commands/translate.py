@@ -28,14 +28,8 @@ from ..cli import (
     refusals_in_one_line,
     run_command,
 )
-from ..engines import (
-    CTRANSLATE2_COMPUTE_TYPES,
-    ENGINES,
-    check_ctranslate2_device,
-    detect_engine,
-    load_translator,
-)
-from ..translation import quantize_int8, resolve_device
+from ..engines import CTRANSLATE2_COMPUTE_TYPES, ENGINES, Engine, detect_engine, get_engine, load_translator
+from ..translation import quantize_int8
 
 STANDARD_STREAM = "-"
 DEVICES = ("auto", "cpu", "cuda")
@@ -98,29 +92,25 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     return parser
 
 
-def _device(args: argparse.Namespace, engine: str, parser: ArgumentParser) -> torch.device:
-    """The device the command translates on, or a one-line error for a device (or CTranslate2 compute
-    type) it cannot use. auto keeps the exported engines on the CPU."""
-    if args.compute_type is not None and engine != "ctranslate2":
+def _device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) -> torch.device:
+    """The device the command translates on, or a one-line error for a device (or compute type) the engine
+    cannot use. auto keeps the exported engines on the CPU."""
+    if args.compute_type is not None and not engine.compute_types:
         parser.error(
-            f"--compute-type sets CTranslate2's compute type, and the {engine} engine translates here: leave "
-            "it out, or give a CTranslate2 export."
+            f"--compute-type sets CTranslate2's compute type, and the {engine.name} engine translates here: "
+            "leave it out, or give a CTranslate2 export."
         )
-    if args.device == "cuda" and engine == "onnx":
-        parser.error("--device cuda: the onnx engine runs on the CPU here; leave --device out.")
+    if args.device != "auto" and args.device not in engine.devices:
+        parser.error(
+            f"--device {args.device}: the {engine.name} engine runs on {engine.device_names()} here; leave "
+            "--device out."
+        )
     if args.device == "cuda" and args.int8:
         parser.error("--int8 quantizes for the CPU: leave out --device cuda, or --int8 to decode on the GPU.")
-    if engine == "ctranslate2":
-        device = "cpu" if args.device == "auto" else args.device
-        with refusals_in_one_line(parser):
-            check_ctranslate2_device(device, args.compute_type or "default")
-        return torch.device(device)
-    if engine != "torch" or args.int8:
+    if args.int8:
         return torch.device("cpu")
-    try:
-        return resolve_device(args.device)
-    except ValueError as error:
-        parser.error(f"--device {error}")
+    with refusals_in_one_line(parser):
+        return torch.device(engine.select_device(args.device, args.compute_type or "default"))
 
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
@@ -140,9 +130,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             "give another file."
         )
 
-    with refusals_in_one_line(parser):  # a damaged export info file
-        engine = args.engine or detect_engine(args.model)
-    if args.int8 and engine != "torch":
+    with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
+        engine = get_engine(args.engine or detect_engine(args.model))
+    if args.int8 and not engine.dynamic_int8:
         parser.error(
             "--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8 (CPU) or "
             "int8_float16 (GPU), or export with --quantization int8."
@@ -155,7 +145,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     try:
         translator = load_translator(
             args.model,
-            engine,
+            engine.name,
             device=str(device),
             threads=args.threads or 0,
             compute_type=args.compute_type or "default",

@@ -21,19 +21,19 @@ says which engine reads the folder. `engines.load_translator` reads such folders
 Both tables of positions have `max_position_embeddings` rows (the config's), where the PyTorch model
 computes sinusoids for any position: the engines refuse longer inputs and stop outputs at the table's end.
 
-Modules: `common` (loading, output folders, export info), `ctranslate2_export`, `shortlist`, `onnx_graphs`;
-`export` below picks one from a target name.
+Modules: `common` (loading, output folders, export info), `ctranslate2_export`, `shortlist`, `onnx_graphs`.
+Each engine of `engines` owns its exporter: `engines.export` loads a model and exports it for one by name.
 """
 
-from pathlib import Path
+import importlib
+import warnings
+from typing import Any
 
+from ..model_location import EXPORT_INFO_FILE, read_export_info
 from .common import (
-    EXPORT_INFO_FILE,
-    EXPORT_TARGETS,
     ExportError,
     ExportSource,
     load_for_export,
-    read_export_info,
     require_packages,
 )
 from .ctranslate2_export import (
@@ -43,60 +43,41 @@ from .ctranslate2_export import (
     export_ctranslate2,
     vocabulary_tokens,
 )
-from .onnx_graphs import ONNX_DECODER_FILE, ONNX_ENCODER_FILE, OnnxDecoderGraph, OnnxEncoderGraph, export_onnx
+from .onnx_graphs import (
+    ONNX_DECODER_FILE,
+    ONNX_DECODER_INPUTS,
+    ONNX_ENCODER_FILE,
+    ONNX_ENCODER_INPUTS,
+    OnnxDecoderGraph,
+    OnnxEncoderGraph,
+    export_onnx,
+)
 from .shortlist import DEFAULT_SHORTLIST_SIZE, VMAP_FILE, Shortlist, build_shortlist, read_lines
 
+# Names that moved to `engines`, which dispatches to the engine an export is for: the old paths still work,
+# with a DeprecationWarning (`__getattr__`).
+_MOVED_TO_ENGINES = ("EXPORT_TARGETS", "export")
 
-def export(
-    model: str | Path,
-    to: str,
-    out: str | Path,
-    quantization: str | None = None,
-    force: bool = False,
-    shortlist_from: tuple[str | Path, str | Path] | None = None,
-    shortlist_size: int = DEFAULT_SHORTLIST_SIZE,
-) -> Path:
-    """Load a model folder or Hub id and export it `to` "ctranslate2" or "onnx" (see those exporters).
-    `shortlist_from` (CTranslate2 only): line-aligned source and target files to `build_shortlist` from,
-    with `shortlist_size` target tokens per source token."""
-    if to not in EXPORT_TARGETS:
-        raise ExportError(f"Unknown export target {to!r}: choose one of {list(EXPORT_TARGETS)}.")
-    for name, value in (
-        ("quantization (--quantization)", quantization),
-        ("shortlist (--shortlist-from)", shortlist_from),
-    ):
-        if value is not None and to != "ctranslate2":
-            raise ExportError(f"{name} applies to CTranslate2 exports only (--to ctranslate2).")
-    missing = [str(path) for path in shortlist_from or () if not Path(path).is_file()]
-    if missing:
-        raise ExportError(f"No such shortlist file: {', '.join(missing)}.")
-    require_packages(to)
-    source = load_for_export(model)
-    if to == "onnx":
-        return export_onnx(source, out, force)
-    shortlist = None
-    if shortlist_from is not None:
-        source_file, target_file = shortlist_from
-        try:
-            shortlist = build_shortlist(
-                read_lines(source_file),
-                read_lines(target_file),
-                source.tokenizer,
-                source.target_tokenizer,
-                size=shortlist_size,
-            )
-        except ValueError as error:  # files of different lengths, or not UTF-8
-            raise ExportError(str(error)) from None
-    return export_ctranslate2(source, out, quantization, force, shortlist)
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED_TO_ENGINES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"hf_vanilla_transformer.export.{name} moved: import it from hf_vanilla_transformer.engines.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module("hf_vanilla_transformer.engines"), name)
 
 
 __all__ = [
     "ONNX_DECODER_FILE",
+    "ONNX_DECODER_INPUTS",
     "ONNX_ENCODER_FILE",
+    "ONNX_ENCODER_INPUTS",
     "CTRANSLATE2_QUANTIZATIONS",
     "DEFAULT_SHORTLIST_SIZE",
     "EXPORT_INFO_FILE",
-    "EXPORT_TARGETS",
     "ExportError",
     "ExportSource",
     "OnnxDecoderGraph",
@@ -106,7 +87,6 @@ __all__ = [
     "build_shortlist",
     "ctranslate2_refusals",
     "ctranslate2_spec",
-    "export",
     "export_ctranslate2",
     "export_onnx",
     "load_for_export",

@@ -3,7 +3,6 @@ every exported folder holds (tokenizers, generation config and `EXPORT_INFO_FILE
 reads it)."""
 
 import importlib.util
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +12,11 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..model_location import EXPORT_INFO_FILE, loading, read_export_info
+from ..model_location import loading, read_export_info, write_export_info
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation import load_tokenizers
 from ..translation_pipeline import TARGET_TOKENIZER_DIR
 
-EXPORT_TARGETS = ("ctranslate2", "onnx")
 # The packages each export needs, and running an ONNX export.
 _REQUIREMENTS = {
     "ctranslate2": ("ctranslate2",),
@@ -107,13 +105,13 @@ def _save_companions(source: ExportSource, out: Path, engine: str, **details: An
     if source.target_tokenizer is not None:
         source.target_tokenizer.save_pretrained(out / TARGET_TOKENIZER_DIR)
     source.model.generation_config.save_pretrained(out)
-    info = {
-        "engine": engine,
-        "source": source.name,
-        "positions": source.config.max_position_embeddings,
-        "decoder_start_token_id": source.config.decoder_start_token_id,
-        "pad_token_id": source.config.pad_token_id,
-        "eos_token_id": source.config.eos_token_id,
+    write_export_info(
+        out,
+        engine,
+        source=source.name,
+        positions=source.config.max_position_embeddings,
+        decoder_start_token_id=source.config.decoder_start_token_id,
+        pad_token_id=source.config.pad_token_id,
+        eos_token_id=source.config.eos_token_id,
         **details,
-    }
-    (out / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    )

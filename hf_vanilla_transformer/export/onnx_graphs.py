@@ -17,9 +17,19 @@ from .common import ExportSource, _prepare_output, _save_companions, require_pac
 
 ONNX_ENCODER_FILE = "encoder.onnx"
 ONNX_DECODER_FILE = "decoder.onnx"
-# Graph input and output names (the decoder's inputs are OnnxDecoderGraph.forward's arguments). Keys and
+# Graph input and output names, which the exporter gives the graphs and the ONNX engine feeds and reads
+# (the inputs are OnnxEncoderGraph.forward's and OnnxDecoderGraph.forward's arguments, in order). Keys and
 # values are stacked over layers: [batch, layers, heads, time, d].
 ONNX_ENCODER_INPUTS = ("input_ids", "attention_mask")
+ONNX_DECODER_INPUTS = (
+    "decoder_input_ids",
+    "encoder_hidden_states",
+    "encoder_attention_mask",
+    "past_keys",
+    "past_values",
+    "cross_keys",
+    "cross_values",
+)
 ONNX_ENCODER_OUTPUTS = ("encoder_hidden_states", "cross_keys", "cross_values")
 ONNX_DECODER_OUTPUTS = ("logits", "new_keys", "new_values")
 
@@ -94,19 +104,19 @@ def _onnx_example_inputs(config: VanillaTransformerConfig) -> tuple[dict, dict]:
     batch, source, past, new = 2, 5, 3, 2
     layers, heads = config.decoder_layers, config.decoder_attention_heads
     d_k, d_v = config.decoder_head_dims
-    encoder = {
-        "input_ids": torch.zeros(batch, source, dtype=torch.long),
-        "attention_mask": torch.ones(batch, source, dtype=torch.long),
-    }
-    decoder = {
-        "decoder_input_ids": torch.full((batch, new), config.decoder_start_token_id),
-        "encoder_hidden_states": torch.zeros(batch, source, config.d_model),
-        "encoder_attention_mask": torch.ones(batch, source, dtype=torch.long),
-        "past_keys": torch.zeros(batch, layers, heads, past, d_k),
-        "past_values": torch.zeros(batch, layers, heads, past, d_v),
-        "cross_keys": torch.zeros(batch, layers, heads, source, d_k),
-        "cross_values": torch.zeros(batch, layers, heads, source, d_v),
-    }
+    source_ids = torch.zeros(batch, source, dtype=torch.long)
+    source_mask = torch.ones(batch, source, dtype=torch.long)
+    encoder = dict(zip(ONNX_ENCODER_INPUTS, (source_ids, source_mask), strict=True))
+    decoder_values = (
+        torch.full((batch, new), config.decoder_start_token_id),
+        torch.zeros(batch, source, config.d_model),
+        source_mask,
+        torch.zeros(batch, layers, heads, past, d_k),
+        torch.zeros(batch, layers, heads, past, d_v),
+        torch.zeros(batch, layers, heads, source, d_k),
+        torch.zeros(batch, layers, heads, source, d_v),
+    )
+    decoder = dict(zip(ONNX_DECODER_INPUTS, decoder_values, strict=True))
     return encoder, decoder
 
 
@@ -124,15 +134,16 @@ def export_onnx(source: ExportSource, out: str | Path, force: bool = False, opse
     batch, length, past, new = Dim("batch"), Dim("source_length"), Dim("past_length"), Dim("new_tokens")
     source_axes = {0: batch, 1: length}
     encoder_shapes = dict.fromkeys(ONNX_ENCODER_INPUTS, source_axes)
-    decoder_shapes = {
-        "decoder_input_ids": {0: batch, 1: new},
-        "encoder_hidden_states": source_axes,
-        "encoder_attention_mask": source_axes,
-        "past_keys": {0: batch, 3: past},
-        "past_values": {0: batch, 3: past},
-        "cross_keys": {0: batch, 3: length},
-        "cross_values": {0: batch, 3: length},
-    }
+    decoder_axes = (
+        {0: batch, 1: new},
+        source_axes,
+        source_axes,
+        {0: batch, 3: past},
+        {0: batch, 3: past},
+        {0: batch, 3: length},
+        {0: batch, 3: length},
+    )
+    decoder_shapes = dict(zip(ONNX_DECODER_INPUTS, decoder_axes, strict=True))
     graphs = (
         (OnnxEncoderGraph, encoder_inputs, encoder_shapes, ONNX_ENCODER_OUTPUTS, ONNX_ENCODER_FILE),
         (OnnxDecoderGraph, decoder_inputs, decoder_shapes, ONNX_DECODER_OUTPUTS, ONNX_DECODER_FILE),

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from ..text_lines import NotUTF8Error, iter_lines
 from .common import ExportError
 
 # CTranslate2's vocabulary mapping file, read when translating with use_vmap=True.
@@ -159,13 +160,9 @@ def _aligned(source_texts: Iterable[str], target_texts: Iterable[str]) -> Iterat
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file, without their line ends, one at a time; a one-line ValueError
-    naming the file where it is not UTF-8."""
-    with open(path, encoding="utf-8") as lines:
-        try:
-            for line in lines:
-                yield line.rstrip("\r\n")
-        except UnicodeDecodeError:
-            raise ValueError(
-                f"{path} is not UTF-8 text: re-encode it, e.g. iconv -f latin1 -t utf-8."
-            ) from None
+    """The lines of a UTF-8 text file, one at a time (`text_lines.iter_lines`); a one-line ValueError naming
+    the file where it is not UTF-8."""
+    try:
+        yield from iter_lines(path)
+    except NotUTF8Error:
+        raise ValueError(f"{path} is not UTF-8 text: re-encode it, e.g. iconv -f latin1 -t utf-8.") from None

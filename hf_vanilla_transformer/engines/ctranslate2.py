@@ -1,0 +1,364 @@
+"""The CTranslate2 engine: `export_ctranslate2`'s folders (optionally with a vocabulary shortlist), decoded by
+`CTranslate2Seq2SeqLM` on the CPU or, with `device="cuda"`, on an NVIDIA GPU (`check_ctranslate2_device`
+says what it refuses). Its `generate()` runs CTranslate2's own search with the nearest settings
+(`ctranslate2_options`; docs/export.md has the details):
+
+- beam search stops once beam-size hypotheses have finished, as transformers' `early_stopping=True` (the
+  paper's setting) does; other `early_stopping` values have no CTranslate2 counterpart;
+- CTranslate2 divides scores by |Y|^alpha only; the beam-size hypotheses it returns are re-ranked by the
+  requested penalty, the GNMT ((5 + |Y|) / 6)^alpha or transformers' |Y|^alpha, with |Y| counted as
+  transformers counts it (`CTranslate2Options.rank`);
+- `max_decoding_length` is one number per call, so the inputs of each length go in a call of their own with
+  input length + 50 tokens; CTranslate2 keeps the last of them where transformers forces the end token after
+  it, so the tokens are the same.
+
+The two searches can still part where hypotheses reach the length limit, or where more than beam-size
+hypotheses finish in the last step and the best by the requested penalty is not among CTranslate2's
+beam-size best. An export with a vocabulary shortlist (`export.build_shortlist`) decodes over the
+shortlisted target tokens only, unless `use_vmap=False`. Outputs stop at the end of the export's position
+table (`max_position_embeddings` rows); longer inputs are refused.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from transformers import GenerationConfig
+
+from ..export import (
+    CTRANSLATE2_QUANTIZATIONS,
+    DEFAULT_SHORTLIST_SIZE,
+    VMAP_FILE,
+    ExportError,
+    ExportSource,
+    build_shortlist,
+    export_ctranslate2,
+    read_lines,
+    require_packages,
+)
+from ..generation_vanilla_transformer import gnmt_length_penalty
+from .base import Engine, LoadOptions, check_source_lengths, damaged_export, export_info, first_line
+
+CTRANSLATE2_DEVICES = ("cpu", "cuda")
+# "default" keeps the export's weight type, converted where the device cannot compute in it (an
+# int8_float16 export runs as int8_float32 on the CPU, say); "auto" takes the fastest type the device has.
+# The others are CTranslate2's weight types, which the weights are converted to when the model loads.
+CTRANSLATE2_COMPUTE_TYPES = ("default", "auto", *CTRANSLATE2_QUANTIZATIONS)
+# CTranslate2 stops at the first finished best hypothesis when its length penalty is 0, where transformers
+# waits for beam-size finished hypotheses; this penalty keeps transformers' rule and ranks as the raw scores.
+_CT2_NEUTRAL_PENALTY = 1e-9
+# Generation-config fields the CTranslate2 engine reads (the rest must be at their defaults), and those it
+# leaves aside: token ids the export holds already, and early_stopping / forced_eos_token_id, for which
+# CTranslate2 has one behaviour (stop once beam-size hypotheses finished; end at the length limit).
+_CT2_SETTINGS = (
+    "num_beams",
+    "length_penalty",
+    "length_penalty_type",
+    "max_length_offset",
+    "max_new_tokens",
+    "max_length",
+    "bad_words_ids",
+    "min_new_tokens",
+)
+_CT2_DESCRIPTIVE = (
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "decoder_start_token_id",
+    "forced_eos_token_id",
+    "_from_model_config",
+    "early_stopping",
+    "transformers_version",
+)
+
+
+def check_ctranslate2_device(device: str, compute_type: str = "default") -> None:
+    """Refuse, in a ValueError of one line that says the fix, what CTranslate2 cannot decode with here:
+    a device other than "cpu" or "cuda", "cuda" where CTranslate2 sees no CUDA device
+    (`ctranslate2.get_cuda_device_count()`), or a `compute_type` the device does not compute in
+    (`ctranslate2.get_supported_compute_types`: float16, bfloat16 and int8_float16 are GPU types). "default"
+    and "auto" are always taken: "default" keeps the export's weight type where the device computes in it,
+    and is converted (with CTranslate2's warning) where it does not: a float16 export to float32 on a CPU."""
+    require_packages("ctranslate2")
+    import ctranslate2
+
+    if device not in CTRANSLATE2_DEVICES:
+        raise ValueError(f"CTranslate2 decodes on {' or '.join(CTRANSLATE2_DEVICES)}, not {device!r}.")
+    if device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise ValueError(
+            f"CTranslate2 {ctranslate2.__version__} finds no CUDA device here (no NVIDIA GPU, or a driver "
+            "older than its CUDA 12 build needs): decode on the CPU (device cpu), or on a machine with one."
+        )
+    supported = ctranslate2.get_supported_compute_types(device)
+    if compute_type not in ("default", "auto", *supported):
+        raise ValueError(
+            f"CTranslate2 cannot compute in {compute_type} on the {device} here: choose one of "
+            f"{sorted(supported)}, or default (the export's own type)"
+            + (", or decode on the GPU (device cuda)." if device == "cpu" else ".")
+        )
+
+
+# How CTranslate2 reports a CUDA library it loads on first use (cuBLAS at the first product) and cannot find.
+_CT2_MISSING_LIBRARY = "is not found or cannot be loaded"
+
+
+def _missing_cuda_library(error: RuntimeError) -> ValueError:
+    """The one-line error for a GPU that CTranslate2 sees but lacks a CUDA library for: its PyPI wheels are
+    CUDA 12 builds that load CUDA 12's cuBLAS (libcublas.so.12), which a CUDA 13 machine may not have."""
+    return ValueError(
+        f"CTranslate2 cannot decode on the GPU here ({first_line(error)}): install CUDA 12's cuBLAS "
+        "(pip install nvidia-cublas-cu12) and add its nvidia/cublas/lib folder to LD_LIBRARY_PATH, or "
+        "decode on the CPU (device cpu)."
+    )
+
+
+@dataclass(frozen=True)
+class CTranslate2Options:
+    """The settings of CTranslate2's search nearest to one `generate()` call, and how to rank its finished
+    hypotheses as transformers does."""
+
+    beam_size: int
+    alpha: float
+    gnmt_penalty: bool
+    # Outputs stop after this many tokens (the end token counted) ...
+    max_new_tokens: int | None = None
+    # ... or, for the paper's rule, after the input length + this many (the end token not counted).
+    length_offset: int | None = None
+    suppress_sequences: list[list[str]] | None = None
+    # No end token before this many new tokens (transformers' min_new_tokens, CTranslate2's
+    # min_decoding_length; CTranslate2's own default of 1 is not transformers').
+    min_new_tokens: int = 0
+
+    def max_decoding_length(self, source_length: int, positions: int) -> int:
+        """CTranslate2's `max_decoding_length` for inputs of `source_length` tokens: with the paper's rule,
+        input + offset tokens, the last of which CTranslate2 keeps where transformers would force the end
+        token after it; never past the `positions` of the export's table."""
+        length = source_length + self.length_offset if self.length_offset is not None else self.max_new_tokens
+        return max(1, min(length, positions))
+
+    def rank(self, tokens: list[str], score: float, end_token: str) -> float:
+        """transformers' score of a finished hypothesis from CTranslate2's: CTranslate2 divides the sum of
+        log-probabilities by |Y|^length_penalty (|Y| counting the end token); this divides it by the GNMT or
+        transformers' penalty of transformers' |Y|, which counts the end token the paper's rule forces."""
+        length = len(tokens)
+        total = score * length**self.ctranslate2_length_penalty
+        if self.length_offset is not None and tokens[-1:] != [end_token]:
+            length += 1
+        penalty = gnmt_length_penalty(length, self.alpha) if self.gnmt_penalty else length**self.alpha
+        return total / penalty
+
+    @property
+    def ctranslate2_length_penalty(self) -> float:
+        return self.alpha or _CT2_NEUTRAL_PENALTY
+
+
+def ctranslate2_options(
+    generation_config: GenerationConfig, overrides: dict[str, Any], target_tokens: list[str]
+) -> CTranslate2Options:
+    """The CTranslate2 search nearest to `generate()` with `generation_config` updated by `overrides`
+    (see the module docstring); ValueError for a setting CTranslate2 has no counterpart for."""
+    # What generate() falls back to for fields the config leaves unset (transformers' own table).
+    defaults = {**GenerationConfig().to_dict(), **GenerationConfig._get_default_generation_params()}
+    settings = {key: value for key, value in generation_config.to_dict().items() if value is not None}
+    settings.update(overrides)
+    # A setting left at its default, or off (False, 0, None, empty) where the default is off too, is fine.
+    refused = {
+        key
+        for key, value in settings.items()
+        if key not in (*_CT2_SETTINGS, *_CT2_DESCRIPTIVE)
+        and value != defaults.get(key)
+        and (value or defaults.get(key))
+    }
+    if refused:
+        raise ValueError(
+            f"The CTranslate2 engine cannot apply {sorted(refused)}: it takes {list(_CT2_SETTINGS)}. "
+            "Translate with the PyTorch or ONNX engine for the others."
+        )
+    # As PaperDecodingMixin.generate: max_new_tokens or max_length given to the call win over the offset.
+    explicit_length = "max_new_tokens" in overrides or "max_length" in overrides
+    offset = None if explicit_length else settings.get("max_length_offset")
+    if "max_new_tokens" in settings and "max_length" not in overrides:
+        max_new_tokens = settings["max_new_tokens"]
+    elif "max_length" in settings:
+        max_new_tokens = settings["max_length"] - 1  # transformers counts the decoder start token in it
+    else:
+        max_new_tokens = defaults["max_length"]  # transformers' default: that many new tokens
+    bad_words = settings.get("bad_words_ids") or []
+    return CTranslate2Options(
+        beam_size=settings.get("num_beams", defaults["num_beams"]),
+        alpha=float(settings.get("length_penalty", defaults["length_penalty"])),
+        gnmt_penalty=settings.get("length_penalty_type") == "gnmt",
+        max_new_tokens=max_new_tokens,
+        length_offset=offset,
+        suppress_sequences=[[target_tokens[i] for i in ids] for ids in bad_words] or None,
+        min_new_tokens=settings.get("min_new_tokens") or 0,
+    )
+
+
+class CTranslate2Seq2SeqLM:
+    """A CTranslate2 export behind the `generate(input_ids, attention_mask, **overrides)` that
+    `translation.translate` calls: token ids in, the decoder start token and the output ids (with the end
+    token where the output has one, then padding) out, as transformers returns them.
+
+    `device` is "cpu" or "cuda", `compute_type` one of `CTRANSLATE2_COMPUTE_TYPES`: "default" keeps the
+    export's weight type; float16 and int8_float16 (say) compute on the GPU only (`check_ctranslate2_device`).
+    `use_vmap`: decode over the export's vocabulary shortlist (`VMAP_FILE`) only; None (the default) does
+    where the export has one. Each `translate_batch` call allows the shortlisted tokens of all its inputs.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+        use_vmap: bool | None = None,
+    ) -> None:
+        check_ctranslate2_device(device, compute_type)
+        import ctranslate2
+
+        folder = Path(folder)
+        self.info = export_info(folder, "ctranslate2")
+        has_vmap = (folder / VMAP_FILE).is_file()
+        if use_vmap and not has_vmap:
+            raise ValueError(
+                f"{folder} has no vocabulary shortlist ({VMAP_FILE}): export it with one (--shortlist-from), "
+                "or leave use_vmap unset."
+            )
+        self.use_vmap = has_vmap if use_vmap is None else use_vmap
+        try:
+            self.translator = ctranslate2.Translator(
+                str(folder), device=device, compute_type=compute_type, intra_threads=threads
+            )
+        except RuntimeError as error:
+            raise damaged_export(folder, error) from error
+        self.generation_config = GenerationConfig.from_pretrained(folder)
+        vocabularies = {
+            name: json.loads((folder / f"{name}_vocabulary.json").read_text(encoding="utf-8"))
+            for name in ("shared", "source", "target")
+            if (folder / f"{name}_vocabulary.json").is_file()
+        }
+        self.source_tokens = vocabularies.get("source", vocabularies.get("shared"))
+        self.target_tokens = vocabularies.get("target", vocabularies.get("shared"))
+        self.target_ids = {token: index for index, token in enumerate(self.target_tokens)}
+        eos = self.info["eos_token_id"]
+        self.end_token = self.target_tokens[eos[0] if isinstance(eos, list) else eos]
+        # Where `translation.translate` puts the token ids, which CTranslate2 reads as tokens on any device.
+        self.device = torch.device("cpu")
+
+    def eval(self) -> "CTranslate2Seq2SeqLM":
+        return self
+
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **overrides: Any
+    ) -> torch.LongTensor:
+        """Translate a batch of token ids with CTranslate2's search (`ctranslate2_options`). With the
+        paper's length rule, inputs of each length go in one call, with their own limit."""
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.info["pad_token_id"])
+        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
+        positions = self.info["positions"]
+        check_source_lengths([len(row) for row in rows], positions)
+        options = ctranslate2_options(self.generation_config, overrides, self.target_tokens)
+        groups: dict[int, list[int]] = {}
+        for index, row in enumerate(rows):
+            groups.setdefault(options.max_decoding_length(len(row), positions), []).append(index)
+        outputs: list[list[int]] = [[] for _ in rows]
+        for max_length, members in groups.items():
+            try:
+                results = self.translator.translate_batch(
+                    [[self.source_tokens[i] for i in rows[member]] for member in members],
+                    beam_size=options.beam_size,
+                    num_hypotheses=options.beam_size,
+                    length_penalty=options.ctranslate2_length_penalty,
+                    max_decoding_length=max_length,
+                    min_decoding_length=options.min_new_tokens,
+                    max_input_length=0,
+                    suppress_sequences=options.suppress_sequences,
+                    use_vmap=self.use_vmap,
+                    return_scores=True,
+                    return_end_token=True,
+                )
+            except RuntimeError as error:
+                if _CT2_MISSING_LIBRARY not in str(error):
+                    raise
+                raise _missing_cuda_library(error) from error
+            for member, result in zip(members, results):
+                scored = zip(result.hypotheses, result.scores)
+                best = max(scored, key=lambda pair: options.rank(pair[0], pair[1], self.end_token))[0]
+                outputs[member] = [self.target_ids[token] for token in best]
+        generated = torch.full((len(rows), 1 + max(map(len, outputs))), self.info["pad_token_id"])
+        generated[:, 0] = self.info["decoder_start_token_id"]
+        for row, ids in enumerate(outputs):
+            generated[row, 1 : 1 + len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return generated
+
+
+class CTranslate2Engine(Engine):
+    """CTranslate2: exported by `export_ctranslate2` (with `quantization` and a vocabulary shortlist built
+    from line-aligned training files, `shortlist_from`), decoded by `CTranslate2Seq2SeqLM`."""
+
+    name: ClassVar[str] = "ctranslate2"
+    title: ClassVar[str] = "CTranslate2"
+    devices: ClassVar[tuple[str, ...]] = CTRANSLATE2_DEVICES
+    compute_types: ClassVar[tuple[str, ...]] = CTRANSLATE2_COMPUTE_TYPES
+    exportable: ClassVar[bool] = True
+    export_options: ClassVar[tuple[str, ...]] = ("quantization", "shortlist_from", "shortlist_size")
+
+    def load(self, name_or_path: str | Path, options: LoadOptions) -> CTranslate2Seq2SeqLM:
+        return CTranslate2Seq2SeqLM(
+            name_or_path,
+            device=options.device,
+            compute_type=options.compute_type,
+            threads=options.threads,
+            use_vmap=options.use_vmap,
+        )
+
+    def select_device(self, device: str, compute_type: str = "default") -> str:
+        """The CPU for "auto" (an export decodes on the GPU only when asked to), after
+        `check_ctranslate2_device`."""
+        device = "cpu" if device == "auto" else device
+        check_ctranslate2_device(device, compute_type)
+        return device
+
+    def export(
+        self,
+        source: ExportSource,
+        out: str | Path,
+        *,
+        force: bool = False,
+        quantization: str | None = None,
+        shortlist_from: tuple[str | Path, str | Path] | None = None,
+        shortlist_size: int = DEFAULT_SHORTLIST_SIZE,
+    ) -> Path:
+        """`export_ctranslate2`, with a shortlist of `shortlist_size` target tokens per source token built
+        from the line-aligned source and target files `shortlist_from`."""
+        shortlist = None
+        if shortlist_from is not None:
+            source_file, target_file = shortlist_from
+            try:
+                shortlist = build_shortlist(
+                    read_lines(source_file),
+                    read_lines(target_file),
+                    source.tokenizer,
+                    source.target_tokenizer,
+                    size=shortlist_size,
+                )
+            except ValueError as error:  # files of different lengths, or not UTF-8
+                raise ExportError(str(error)) from None
+        return export_ctranslate2(source, out, quantization, force, shortlist)
+
+
+__all__ = [
+    "CTRANSLATE2_COMPUTE_TYPES",
+    "CTRANSLATE2_DEVICES",
+    "CTRANSLATE2_QUANTIZATIONS",
+    "CTranslate2Engine",
+    "CTranslate2Options",
+    "CTranslate2Seq2SeqLM",
+    "check_ctranslate2_device",
+    "ctranslate2_options",
+]

@@ -1,0 +1,77 @@
+"""The one way this package reads text files of one segment (sentence, template line, ...) a line.
+
+- The text is UTF-8; a leading byte-order mark, which Windows editors write, is dropped: kept, it would be
+  part of the first segment.
+- Only "\\n" ends a line, and a "\\r" before it is dropped, so that "\\n" and "\\r\\n" files read the same.
+  `str.splitlines` would also split at U+2028, U+0085 and form feeds, which occur inside WMT sentences and
+  would misalign line-aligned files.
+- The final line end does not start another segment: "a\\nb\\n" and "a\\nb" both hold two.
+- Text that is not UTF-8 is a `NotUTF8Error` (a ValueError) naming the file, the line and the byte.
+
+`line_chunks` reads a binary stream in chunks of lines (corpora far larger than memory), `iter_lines` a
+file line by line, and `read_lines` a whole file as a list.
+"""
+
+import io
+import itertools
+from collections.abc import Iterator
+from contextlib import nullcontext
+from pathlib import Path
+from typing import BinaryIO
+
+# Lines decoded at a time by `iter_lines` and `read_lines`.
+_CHUNK_LINES = 10_000
+_BYTE_ORDER_MARK = "\ufeff"
+
+
+class NotUTF8Error(ValueError):
+    """Text that is not UTF-8: `name` (the file), the 1-based `line` and the 0-based `byte` (counted from the
+    start of the file) where decoding failed, and the decoder's `reason`."""
+
+    def __init__(self, name: str, line: int, byte: int, reason: str) -> None:
+        self.name, self.line, self.byte, self.reason = name, line, byte, reason
+        super().__init__(
+            f"{name}, line {line}: not valid UTF-8 ({reason} at byte {byte}); re-encode it, e.g. "
+            "iconv -f latin1 -t utf-8."
+        )
+
+
+def line_chunks(stream: BinaryIO, name: str, size: int = _CHUNK_LINES) -> Iterator[tuple[int, list[str]]]:
+    """(1-based number of the first line, lines) chunks of up to `size` lines of the binary `stream`, whose
+    `name` the errors give (see the module docstring for what a line is)."""
+    first, offset = 1, 0
+    # Binary iteration splits on b"\n" only; a chunk therefore never splits a character.
+    while raw := list(itertools.islice(stream, size)):
+        joined = b"".join(raw)
+        try:
+            text = joined.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = first + joined.count(b"\n", 0, error.start)
+            raise NotUTF8Error(name, line, offset + error.start, error.reason) from None
+        lines = text.split("\n")
+        if raw[-1].endswith(b"\n"):
+            lines.pop()
+        lines = [line.removesuffix("\r") for line in lines]
+        if first == 1:
+            lines[0] = lines[0].removeprefix(_BYTE_ORDER_MARK)
+        yield first, lines
+        first += len(lines)
+        offset += len(joined)
+
+
+def iter_lines(source: str | Path | bytes, name: str | None = None) -> Iterator[str]:
+    """The lines of the file at `source`, or of `source` given as bytes, one at a time; the errors name
+    `name` (default: the path, or "the text")."""
+    if name is None:
+        name = "the text" if isinstance(source, bytes) else str(source)
+    with nullcontext(io.BytesIO(source)) if isinstance(source, bytes) else open(source, "rb") as stream:
+        for _, lines in line_chunks(stream, name):
+            yield from lines
+
+
+def read_lines(source: str | Path | bytes, name: str | None = None) -> list[str]:
+    """All the lines of the file at `source`, or of `source` given as bytes (see `iter_lines`)."""
+    return list(iter_lines(source, name))
+
+
+__all__ = ["NotUTF8Error", "iter_lines", "line_chunks", "read_lines"]
