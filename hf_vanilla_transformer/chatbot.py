@@ -51,11 +51,13 @@ from transformers import (
 )
 from transformers.utils import logging
 
+from .cli import non_negative_int, positive_float, positive_int, probability, random_seed
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .model_location import TRAINER_STATE_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .resume import check_same_model, describe_differences, find_resume_checkpoint
 from .schedule import build_paper_optimizer, get_noam_schedule
+from .settings_schema import check_settings, setting
 from .tokenization import train_shared_bpe_tokenizer
 
 logger = logging.get_logger(__name__)
@@ -84,42 +86,43 @@ _WHITESPACE = re.compile(r"\s+")
 
 @dataclass
 class ChatbotSettings:
-    """The tutorial's hyperparameters (its upper-case constants, lower-cased) and the run's options.
+    """The tutorial's hyperparameters (its upper-case constants, lower-cased; the defaults are its values) and
+    the run's options, each with the help text and check of its `chatbot train` flag (`settings_schema`); a
+    value no run could use is refused (ValueError) when the settings are made."""
 
-    Attributes:
-        vocab_size: target size of the subword vocabulary (the tutorial's target_vocab_size 2^13); BPE stops
-            earlier when no pair occurs twice.
-        max_length: MAX_LENGTH, the longest pair side in tokens, start and end tokens included.
-        num_layers, d_model, num_heads, dff, dropout: N, d_model, h, d_ff and P_drop of the paper.
-        label_smoothing: eps_ls; the tutorial uses plain cross-entropy (0.0), the paper 0.1.
-        warmup_steps: warmup of the paper's schedule (Section 5.3, Eq. 3).
-        batch_size: pairs per update.
-        epochs: passes over the training pairs (the tutorial's EPOCHS); ignored when max_steps > 0.
-        max_steps: stop after this many updates when > 0.
-        eval_size: pairs held out from training to measure accuracy on unseen questions (0: none).
-        limit: use only the first `limit` rows of the corpus (quick trials and tests).
-        logging_steps: updates between logged training losses.
-        keep_checkpoints: how many of the checkpoints saved at the end of each epoch to keep.
-        seed: seed of the split, the shuffling and the initialisation.
-    """
+    # BPE stops earlier when no pair occurs twice.
+    vocab_size: int = setting(
+        2**13, "target size of the subword vocabulary (the tutorial's 2^13)", check=positive_int
+    )
+    max_length: int = setting(
+        40, "longest question or answer in tokens, start and end included", check=positive_int
+    )
+    num_layers: int = setting(2, "N, layers in the encoder and in the decoder", check=positive_int)
+    d_model: int = setting(256, "d_model, the model width", check=positive_int)
+    num_heads: int = setting(8, "h, attention heads; must divide d_model", check=positive_int)
+    dff: int = setting(512, "d_ff, the inner size of the feed-forward networks", check=positive_int)
+    dropout: float = setting(0.1, "P_drop, the dropout rate", check=probability)
+    label_smoothing: float = setting(0.0, "eps_ls; the tutorial uses none, the paper 0.1", check=probability)
+    warmup_steps: int = setting(4000, "warm-up of the paper's learning rate (Eq. 3)", check=positive_int)
+    batch_size: int = setting(64, "question-answer pairs per update", check=positive_int)
+    epochs: float = setting(
+        50.0, "passes over the training pairs; ignored when --max-steps is above 0", check=positive_float
+    )
+    max_steps: int = setting(-1, "stop after this many updates when above 0", check=int)
+    eval_size: int = setting(
+        500, "pairs held out to measure accuracy on unseen questions (0: none)", check=non_negative_int
+    )
+    limit: int | None = setting(
+        None, "use only the first N rows of the corpus (quick trials)", check=positive_int
+    )
+    logging_steps: int = setting(50, "updates between logged training losses", check=positive_int)
+    keep_checkpoints: int = setting(
+        2, "checkpoints to keep of those saved at the end of each epoch", check=positive_int
+    )
+    seed: int = setting(42, "seed of the split, the shuffling and the initialisation", check=random_seed)
 
-    vocab_size: int = 2**13
-    max_length: int = 40
-    num_layers: int = 2
-    d_model: int = 256
-    num_heads: int = 8
-    dff: int = 512
-    dropout: float = 0.1
-    label_smoothing: float = 0.0
-    warmup_steps: int = 4000
-    batch_size: int = 64
-    epochs: float = 50.0
-    max_steps: int = -1
-    eval_size: int = 500
-    limit: int | None = None
-    logging_steps: int = 50
-    keep_checkpoints: int = 2
-    seed: int = 42
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 @dataclass

@@ -23,7 +23,7 @@ import logging as python_logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,12 +39,18 @@ from transformers import (
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
 )
+from transformers.integrations.integration_utils import (
+    INTEGRATION_TO_CALLBACK,
+    get_available_reporting_integrations,
+    is_flytekit_available,
+)
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import EvalPrediction, seed_worker
 from transformers.utils import is_torch_tf32_available, logging
 
 from .averaging import average_checkpoints, last_checkpoints
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
+from .cli import non_negative_int, positive_int, random_seed
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
@@ -53,11 +59,12 @@ from .generation_vanilla_transformer import paper_generation_config
 from .hardware import bf16_is_native, cpu_features
 from .model_location import RESULTS_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .presets import TRAINING_PRESETS, TrainingPreset
+from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
 from .progress import DevLossCallback, TrainingClock, TrainingProgressBar
 from .resume import RECIPE_FILE, check_same_model, check_same_recipe, find_resume_checkpoint, recipe_record
 from .run_report import final_scores, format_summary
 from .schedule import build_paper_optimizer, get_noam_schedule
+from .settings_schema import check_settings, optional_copy, setting
 from .subword_dropout import SubwordDropoutDataset
 from .tokenization import load_tokenizer, train_shared_bpe_tokenizer
 
@@ -70,59 +77,200 @@ GPU_DATALOADER_WORKERS = 2
 logger = logging.get_logger(__name__)
 
 
+# The shipped Multi30k (data/ of the repository; an installed package has none): the default training data,
+# and its dev and test sets, taken only when the run trains on it.
+MULTI30K = Path(__file__).resolve().parents[1] / "data" / "multi30k"
+DEFAULT_TRAIN = str(MULTI30K / "train")
+DEFAULT_EVALUATION = {"dev": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")}
+# The default of `dev` and `test`: Multi30k's when training on the default data, else none.
+AUTO = "auto"
+# What `dev`, `test` (and their flags) take for no such set.
+NONE = "none"
+# What `report_to` takes: transformers' experiment trackers, "all" (every one installed) or "none".
+REPORT_TO = ("none", "all", *sorted(INTEGRATION_TO_CALLBACK))
+
+# The recipe settings a run may change, each None (the preset's) unless given: `TrainingPreset`'s fields.
+RecipeOverrides = optional_copy(TrainingPreset, "RecipeOverrides")
+
+
+def installed_trackers() -> set[str]:
+    """The experiment trackers of `REPORT_TO` whose packages are installed."""
+    # transformers' list of installed integrations leaves flyte out.
+    return {*get_available_reporting_integrations(), *(["flyte"] if is_flytekit_available() else [])}
+
+
 @dataclass
-class TrainingSettings:
-    """Everything a run needs; the `train` command fills it from the command line.
+class TrainingSettings(RecipeOverrides):
+    """Everything a run needs, each setting declared once here or (the recipe's: `max_steps`, `lr_scale`,
+    `bf16`, ..., None for the preset's) in `TrainingPreset`, with its help text and check; the `train`
+    command's flags are generated from these fields, and a value no run could use is refused (ValueError)
+    when the settings are made, with the words the command line would use.
 
-    `dataloader_workers` is the number of data-loading processes per device (default: a few on a GPU, none
-    on a CPU); `report_to` names the trackers the Trainer reports to ("none", "all", "tensorboard", ...);
-    `eval_bleu` adds dev BLEU to every dev evaluation during training (beam search on the whole dev set);
-    `tune_length_penalty` chooses the final model's length penalty on the dev set (None: as the preset
-    says, where the run has a dev set and decodes with a beam)."""
+    `dev` and `test` default to "auto": Multi30k's val and test_2016_flickr sets when `train` is the shipped
+    Multi30k, else none; None or "none" is no such set."""
 
-    output_dir: str
-    train: str = "data/multi30k/train"
-    train_target: str | None = None
-    dev: str | None = "data/multi30k/val"
-    dev_target: str | None = None
-    test: str | None = "data/multi30k/test_2016_flickr"
-    test_target: str | None = None
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    dataset_config: str | None = None
-    train_split: str = "train"
-    dev_split: str = "validation"
-    test_split: str = "test"
-    preset: str = "cpu"
-    init_from: str | None = None
-    tokenizer: str | None = None
-    max_steps: int | None = None
-    max_tokens: int | None = None
-    tokens_per_step: int | None = None
-    warmup_steps: int | None = None
-    vocab_size: int | None = None
-    save_steps: int | None = None
-    keep_checkpoints: int | None = None
-    average_checkpoints: int | None = None
-    eval_steps: int | None = None
-    lr_scale: float | None = None
-    weight_decay: float | None = None
-    cooldown_steps: int | None = None
-    subword_dropout: float | None = None
-    max_length: int | None = None
-    max_minutes: float | None = None
-    long_pairs: str = "filter"
-    seed: int = 1
-    resume: bool = False
-    bf16: bool | None = None
-    dataloader_workers: int | None = None
-    report_to: str = "none"
-    num_beams: int = 4
-    eval_batch_size: int = 64
-    max_eval_sentences: int | None = None
-    eval_bleu: bool = False
-    tune_length_penalty: bool | None = None
-    model_overrides: dict[str, Any] = field(default_factory=dict)
+    output_dir: str = setting(help="run folder: checkpoints, tokenizer, final model", required=True)
+    preset: str = setting("cpu", "training recipe", choices=sorted(TRAINING_PRESETS))
+    train: str = setting(DEFAULT_TRAIN, "training data: prefix, file or `datasets` name", group=DATA)
+    train_target: str | None = setting(None, "target-side file when --train is the source file", group=DATA)
+    dev: str | None = setting(
+        AUTO,
+        "dev set, like --train; 'none' to skip (default: Multi30k val when --train is the default)",
+        group=DATA,
+    )
+    dev_target: str | None = setting(None, "target-side file when --dev is the source file", group=DATA)
+    test: str | None = setting(
+        AUTO,
+        "test set, like --train; 'none' to skip (default: Multi30k test_2016_flickr when --train is the "
+        "default)",
+        group=DATA,
+    )
+    test_target: str | None = setting(None, "target-side file when --test is the source file", group=DATA)
+    src_lang: str = setting("en", "source language code: file suffix or `datasets` key", group=DATA)
+    tgt_lang: str = setting("de", "target language code: file suffix or `datasets` key", group=DATA)
+    dataset_config: str | None = setting(
+        None, "config of a `datasets` name, e.g. de-en for wmt14", group=DATA
+    )
+    train_split: str = setting("train", "split of a `datasets` name", group=DATA)
+    dev_split: str = setting("validation", "dev split of a `datasets` name", group=DATA)
+    test_split: str = setting("test", "test split of a `datasets` name", group=DATA)
+    long_pairs: str = setting(
+        "filter", "what happens to longer pairs", group=DATA, choices=("filter", "truncate")
+    )
+    init_from: str | None = setting(
+        None, "fine-tune this model folder or Hub id (and its tokenizer)", group=MODEL
+    )
+    tokenizer: str | None = setting(None, "use this tokenizer instead of training one", group=MODEL)
+    # Added to the preset's model overrides; the command line reads them from KEY=VALUE words.
+    model_overrides: dict[str, Any] = setting(
+        help="config field or paper symbol, e.g. N=4, d_model=256, P_drop=0.3, "
+        "position_embedding_type=learned; several may follow one flag, or repeat the flag",
+        default_factory=dict,
+        group=MODEL,
+        flag="--model-override",
+        action="extend",
+        nargs="+",
+        flag_default=[],
+        metavar="KEY=VALUE",
+    )
+    seed: int = setting(1, "seed of the initialisation and data order", check=random_seed, group=TRAINING)
+    resume: bool = setting(False, "continue from the last checkpoint", group=TRAINING)
+    dataloader_workers: int | None = setting(
+        None,
+        "data-loading processes per device (default: 2 on a GPU, 0 on a CPU)",
+        check=non_negative_int,
+        group=TRAINING,
+    )
+    report_to: str = setting(
+        "none",
+        f"log losses and learning rates to this experiment tracker: {', '.join(REPORT_TO)}; all: every one "
+        "installed",
+        group=TRAINING,
+        choices=REPORT_TO,
+        metavar="TRACKER",
+    )
+    num_beams: int = setting(
+        4,
+        "beam size of the BLEU runs, and of the final model's generation config where above 1",
+        check=positive_int,
+        group=EVALUATION,
+    )
+    eval_batch_size: int = setting(
+        64, "sentences per batch in evaluation", check=positive_int, group=EVALUATION
+    )
+    max_eval_sentences: int | None = setting(
+        None,
+        "translate only the first N dev and test sentences (the length penalty is then chosen on those)",
+        check=positive_int,
+        group=EVALUATION,
+    )
+    eval_bleu: bool = setting(
+        False,
+        "dev BLEU (beam search, sacreBLEU) at every dev evaluation during training, not only at the end",
+        group=EVALUATION,
+    )
+
+    def __post_init__(self) -> None:
+        """Resolve the dev and test sets, then refuse what no run could use: the checks with their own words
+        first, then each field's check (`settings_schema.check_settings`)."""
+        self._check_data()
+        self.dev, self.test = self._evaluation_set(self.dev, "dev"), self._evaluation_set(self.test, "test")
+        recipe = self.recipe()
+        self.workers()
+        self._check_model(recipe)
+        self._check_evaluation()
+        check_settings(self)
+        self._check_environment()
+
+    def _evaluation_set(self, given: str | None, split: str) -> str | None:
+        """The dev or test set: the one given (None or 'none': none), else Multi30k's when training on it."""
+        if given == AUTO:
+            return DEFAULT_EVALUATION[split] if self.train == DEFAULT_TRAIN else None
+        return None if given is None or given.lower() == NONE else given
+
+    def _check_data(self) -> None:
+        """Data and vocabulary settings that the run would otherwise ignore or misread."""
+        for split in ("train", "dev", "test"):
+            source, target = getattr(self, split), getattr(self, f"{split}_target")
+            if target is not None and (source in (None, DEFAULT_TRAIN, AUTO) or source.lower() == NONE):
+                raise ValueError(
+                    f"--{split}-target names the target side of --{split}: give --{split} SOURCE_FILE too."
+                )
+        if self.src_lang == self.tgt_lang and self.train_target is None:
+            raise ValueError(
+                f"--src-lang and --tgt-lang are both {self.src_lang}: give the two languages of the pairs "
+                "(for a monolingual task, give --train and --train-target as two files)."
+            )
+        given = {"--init-from": self.init_from, "--tokenizer": self.tokenizer}
+        vocabulary_from = next((flag for flag, value in given.items() if value is not None), None)
+        if self.vocab_size is not None and vocabulary_from is not None:
+            raise ValueError(
+                f"--vocab-size sizes a new vocabulary, but {vocabulary_from} brings its own: leave one of "
+                "them out."
+            )
+
+    def _check_model(self, recipe: TrainingPreset) -> None:
+        """The model overrides must make a valid config, and cannot change a model to fine-tune."""
+        if self.init_from is not None and self.model_overrides:
+            raise ValueError(
+                f"--model-override ({', '.join(self.model_overrides)}) cannot change {self.init_from}: a "
+                "fine-tuned model keeps the architecture it starts from."
+            )
+        try:
+            VanillaTransformerConfig.from_preset(recipe.model_preset, **recipe.model_overrides)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"--model-override: {error}") from None
+
+    def _check_evaluation(self) -> None:
+        """Evaluation settings that need a dev set or a beam."""
+        if self.eval_bleu and self.dev is None:
+            raise ValueError(
+                "eval_bleu scores the dev set during training, but the run has none: pass --dev."
+            )
+        if self.tune_length_penalty and self.dev is None:
+            raise ValueError(
+                "tune_length_penalty chooses alpha on the dev set, but the run has none: pass --dev, or "
+                "leave out --tune-length-penalty."
+            )
+        if self.tune_length_penalty and self.num_beams == 1:
+            raise ValueError(
+                "tune_length_penalty chooses alpha for beam search, but num_beams is 1 (greedy, where a "
+                "length penalty changes nothing): give --num-beams 2 or more, or leave out "
+                "--tune-length-penalty."
+            )
+
+    def _check_environment(self) -> None:
+        """What the defaults and trackers need of this installation."""
+        if self.train == DEFAULT_TRAIN and not MULTI30K.is_dir():
+            raise ValueError(
+                f"--train: the default, the repository's Multi30k, is not at {MULTI30K} (an installed "
+                "package has no data/ folder); give --train, or run from a checkout."
+            )
+        if self.report_to not in ("none", "all") and self.report_to not in installed_trackers():
+            raise ValueError(
+                f"--report-to {self.report_to}: its package is not installed; install it (e.g. pip install "
+                f"{self.report_to.replace('_', '-')}), or pick another tracker."
+            )
 
     def recipe(self) -> TrainingPreset:
         """The preset with every explicitly given setting applied on top."""
@@ -137,19 +285,7 @@ class TrainingSettings:
             # A preset's cool-down is a share of its steps: a shorter or longer run keeps the same share.
             chosen["cooldown_steps"] = round(preset.cooldown_steps * chosen["max_steps"] / preset.max_steps)
         recipe = replace(preset, **chosen)
-        for name in (
-            "max_steps",
-            "max_tokens",
-            "tokens_per_step",
-            "save_steps",
-            "eval_steps",
-            "keep_checkpoints",
-            "average_checkpoints",
-        ):
-            if getattr(recipe, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(recipe, name)}.")
-        if not 0 <= recipe.subword_dropout < 1:
-            raise ValueError(f"subword_dropout must be at least 0 and below 1, got {recipe.subword_dropout}.")
+        check_settings(recipe)
         if not 0 <= recipe.cooldown_steps <= recipe.max_steps:
             raise ValueError(
                 f"cooldown_steps must be between 0 and max_steps ({recipe.max_steps}), got "
@@ -338,11 +474,6 @@ def _build_model(
     settings: TrainingSettings, recipe: TrainingPreset, tokenizer: PreTrainedTokenizerBase
 ) -> VanillaTransformerForConditionalGeneration:
     if settings.init_from is not None:
-        if settings.model_overrides:
-            raise ValueError(
-                f"--model-override ({', '.join(settings.model_overrides)}) cannot change "
-                f"{settings.init_from}: a fine-tuned model keeps the architecture it starts from."
-            )
         with loading(settings.init_from):
             model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
         if model.config.vocab_size < len(tokenizer):
@@ -413,18 +544,6 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
     recipe = settings.recipe()
     workers = settings.workers()
-    if settings.eval_bleu and settings.dev is None:
-        raise ValueError("eval_bleu scores the dev set during training, but the run has none: pass --dev.")
-    if settings.tune_length_penalty and settings.dev is None:
-        raise ValueError(
-            "tune_length_penalty chooses alpha on the dev set, but the run has none: pass --dev, or leave "
-            "out --tune-length-penalty."
-        )
-    if settings.tune_length_penalty and settings.num_beams == 1:
-        raise ValueError(
-            "tune_length_penalty chooses alpha for beam search, but num_beams is 1 (greedy, where a length "
-            "penalty changes nothing): give --num-beams 2 or more, or leave out --tune-length-penalty."
-        )
     output_dir = Path(settings.output_dir)
     state = PartialState(cpu=not torch.cuda.is_available())
     _show_progress(state.is_main_process)

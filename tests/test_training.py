@@ -193,6 +193,8 @@ def settings(corpus: Path, out: Path, **overrides) -> TrainingSettings:
         max_steps=1, vocab_size=300, model_overrides={"d_model": 32, "N": 1, "h": 2, "d_ff": 64},
     )  # fmt: skip
     values.update(overrides)
+    if values.get("tokenizer") or values.get("init_from"):
+        del values["vocab_size"]  # a given tokenizer brings its own vocabulary (a size is refused)
     return TrainingSettings(**values)
 
 
@@ -451,7 +453,7 @@ def test_a_tuning_preset_without_a_dev_set_or_beam_keeps_the_paper_alpha(corpus,
     ],
 )
 def test_tuning_refuses_runs_it_cannot_tune(corpus, tmp_path, overrides, message):
-    run = settings(corpus, tmp_path, **{"dev": str(corpus / "val"), "tune_length_penalty": True, **overrides})
-    with pytest.raises(ValueError, match=message):
-        run_training(run)
+    values = {"dev": str(corpus / "val"), "tune_length_penalty": True, **overrides}
+    with pytest.raises(ValueError, match=message):  # refused as the settings are made
+        run_training(settings(corpus, tmp_path, **values))
     assert not (tmp_path / "model").exists()

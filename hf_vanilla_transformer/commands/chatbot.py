@@ -12,7 +12,7 @@ folder that AutoModelForSeq2SeqLM and AutoTokenizer load (after `import hf_vanil
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,40 +31,17 @@ from ..cli import (
     ArgumentParser,
     check_writable,
     non_negative_int,
-    positive_float,
     positive_int,
-    probability,
-    random_seed,
     refusals_in_one_line,
     run_command,
 )
-
-# Each ChatbotSettings field's flag: how its value is read and what it means (defaults: the tutorial's).
-SETTING_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "vocab_size": (positive_int, "target size of the subword vocabulary (the tutorial's 2^13)"),
-    "max_length": (positive_int, "longest question or answer in tokens, start and end included"),
-    "num_layers": (positive_int, "N, layers in the encoder and in the decoder"),
-    "d_model": (positive_int, "d_model, the model width"),
-    "num_heads": (positive_int, "h, attention heads; must divide d_model"),
-    "dff": (positive_int, "d_ff, the inner size of the feed-forward networks"),
-    "dropout": (probability, "P_drop, the dropout rate"),
-    "label_smoothing": (probability, "eps_ls; the tutorial uses none, the paper 0.1"),
-    "warmup_steps": (positive_int, "warm-up of the paper's learning rate (Eq. 3)"),
-    "batch_size": (positive_int, "question-answer pairs per update"),
-    "epochs": (positive_float, "passes over the training pairs; ignored when --max-steps is above 0"),
-    "max_steps": (int, "stop after this many updates when above 0"),
-    "eval_size": (non_negative_int, "pairs held out to measure accuracy on unseen questions (0: none)"),
-    "limit": (positive_int, "use only the first N rows of the corpus (quick trials)"),
-    "logging_steps": (positive_int, "updates between logged training losses"),
-    "keep_checkpoints": (positive_int, "checkpoints to keep of those saved at the end of each epoch"),
-    "seed": (random_seed, "seed of the split, the shuffling and the initialisation"),
-}
+from ..settings_schema import add_arguments, schema_values
 
 MODEL_HELP = "folder of a trained chatbot"
 
 
 def _train(args: argparse.Namespace) -> None:
-    settings = ChatbotSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ChatbotSettings)})
+    settings = ChatbotSettings(**schema_values(ChatbotSettings, args))
     result = train_chatbot(args.output_dir, args.data, settings, resume=args.resume)
     metrics = result.metrics
     parts = []
@@ -114,11 +91,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     train = commands.add_parser("train", help="train the chatbot and save it")
     train.add_argument("--output-dir", type=Path, default=Path("runs/chatbot_ko"), help="folder to save to")
     train.add_argument("--data", type=Path, default=DEFAULT_DATA, help="CSV with columns Q and A")
-    for setting in dataclasses.fields(ChatbotSettings):
-        kind, meaning = SETTING_FLAGS[setting.name]
-        train.add_argument(
-            "--" + setting.name.replace("_", "-"), type=kind, default=setting.default, help=meaning
-        )
+    add_arguments(train, ChatbotSettings)
     train.add_argument(
         "--resume", action="store_true", help="continue the run in --output-dir from its last checkpoint"
     )
@@ -166,3 +139,17 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer chatbot ARGV`."""
     return run_command(run, build_parser(), argv)
+
+
+def __getattr__(name: str) -> Any:
+    """`SETTING_FLAGS` (each setting's check and help), now declared in `ChatbotSettings`'s fields, with a
+    DeprecationWarning."""
+    if name != "SETTING_FLAGS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        "commands.chatbot.SETTING_FLAGS is deprecated: each flag's check and help are the metadata of "
+        "ChatbotSettings's fields (hf_vanilla_transformer.settings_schema).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return {f.name: (f.metadata["check"], f.metadata["help"]) for f in dataclasses.fields(ChatbotSettings)}
