@@ -46,7 +46,6 @@ from transformers import (
     GenerationConfig,
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
-    Seq2SeqTrainingArguments,
     set_seed,
 )
 from transformers.utils import logging
@@ -55,10 +54,19 @@ from .cli import non_negative_int, positive_float, positive_int, probability, ra
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .model_location import TRAINER_STATE_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from .resume import check_same_model, describe_differences, find_resume_checkpoint
+from .progress import TrainingClock, show_progress_lines, use_progress_bar
+from .resume import (
+    ResumeRule,
+    check_same_model,
+    check_unchanged,
+    find_resume_checkpoint,
+    read_run_record,
+    write_run_record,
+)
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .settings_schema import check_settings, setting
 from .tokenization import train_shared_bpe_tokenizer
+from .training import training_arguments
 
 logger = logging.get_logger(__name__)
 
@@ -317,31 +325,162 @@ def _check_same_corpus(recorded: dict[str, Any], corpus: dict[str, str], what: s
         )
 
 
+# Resuming a chatbot run may change only how long it goes on, how often it logs and how many checkpoints it
+# keeps; the corpus it recorded is checked apart, by its contents.
+_RESUME_RULE = ResumeRule(_MAY_CHANGE_ON_RESUME, "other settings", "flags (", _CORPUS_KEYS)
+
+
 def _record_or_check_settings(
     output_dir: Path, settings: ChatbotSettings, data_path: str | Path, resuming: bool
 ) -> None:
     """Record a new run's settings and corpus in `SETTINGS_FILE`; refuse to resume a run with other settings
     than it recorded (beyond how long it goes on) or on another corpus, since they would shape other
     batches, another vocabulary or another schedule than those it was trained with."""
-    recorded_file = output_dir / SETTINGS_FILE
     corpus = _corpus_record(data_path)
     current = {**asdict(settings), **corpus}
-    if resuming and recorded_file.is_file():
-        recorded = json.loads(recorded_file.read_text(encoding="utf-8"))
+    recorded = read_run_record(output_dir, SETTINGS_FILE) if resuming else None
+    if recorded is not None:
         _check_same_corpus(recorded, corpus, f"resume {output_dir}")
-        differences = describe_differences(recorded, current, _MAY_CHANGE_ON_RESUME | _CORPUS_KEYS, "the run")
-        if differences:
-            raise ValueError(
-                f"Cannot resume {output_dir} with other settings ({differences}). Resume with the original "
-                f"run's flags (only {', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new "
-                "--output-dir."
-            )
+        check_unchanged(output_dir, recorded, current, _RESUME_RULE)
         return
     if resuming:
-        logger.warning(f"{recorded_file} is missing: the resumed run's settings are recorded as given now.")
-    if PartialState().is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        recorded_file.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+        logger.warning(
+            f"{output_dir / SETTINGS_FILE} is missing: the resumed run's settings are recorded as given now."
+        )
+    write_run_record(output_dir, SETTINGS_FILE, current, PartialState())
+
+
+def _start_chatbot_run(output_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint a run resumes from (None for a new one), with its progress lines shown on stdout; a
+    folder that holds checkpoints (without `resume`) or a trained chatbot is refused."""
+    state = PartialState()
+    show_progress_lines(state.is_main_process, sys.stdout)
+    checkpoint = find_resume_checkpoint(output_dir, resume, state)
+    if checkpoint is None and (output_dir / "model.safetensors").is_file():
+        raise FileExistsError(
+            f"{output_dir} already holds a trained chatbot. Choose another --output-dir, or delete it first."
+        )
+    return checkpoint
+
+
+def _read_corpus(
+    output_dir: Path, data_path: str | Path, settings: ChatbotSettings, checkpoint: Path | None
+) -> tuple[list[str], list[str]]:
+    """Data stage, first half: the corpus's questions and answers, and the run's settings recorded (or, when
+    resuming, checked against the record) once the corpus is known to read: a refused run leaves no
+    settings behind."""
+    questions, answers = load_chatbot_pairs(data_path, settings.limit)
+    logger.info(f"Read {len(questions):,} question-answer pairs from {data_path}.")
+    _record_or_check_settings(output_dir, settings, data_path, resuming=checkpoint is not None)
+    return questions, answers
+
+
+def _chatbot_tokenizer(
+    questions: list[str],
+    answers: list[str],
+    settings: ChatbotSettings,
+    checkpoint: Path | None,
+    show_progress: bool,
+) -> PreTrainedTokenizerBase:
+    """Tokenizer stage: a new vocabulary trained on the corpus, or the run's own when resuming."""
+    if checkpoint is None:
+        tokenizer = train_shared_bpe_tokenizer(
+            questions + answers,
+            vocab_size=settings.vocab_size,
+            model_max_length=settings.max_length,
+            show_progress=show_progress,
+        )
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    logger.info(f"Subword vocabulary: {len(tokenizer):,} tokens (<s>, <pad>, </s>, <unk> included).")
+    return tokenizer
+
+
+def _chatbot_datasets(
+    tokenizer: PreTrainedTokenizerBase, questions: list[str], answers: list[str], settings: ChatbotSettings
+) -> tuple[Dataset, dict[str, Dataset]]:
+    """Data stage, second half: the training pairs tokenized, and the evaluation sets: the held-out pairs
+    (where any) and a fixed sample of the training pairs."""
+    pairs, held_out = _hold_out(
+        _tokenize_and_filter(tokenizer, questions, answers, settings.max_length), settings
+    )
+    eval_datasets = {} if held_out is None else {"held_out": held_out}
+    sample = random.Random(settings.seed).sample(range(len(pairs)), min(TRAIN_SAMPLE_SIZE, len(pairs)))
+    eval_datasets["train_sample"] = pairs.select(sample)
+    return pairs, eval_datasets
+
+
+def _chatbot_trainer(
+    output_dir: Path,
+    settings: ChatbotSettings,
+    model: VanillaTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    datasets: tuple[Dataset, dict[str, Dataset]],
+    show_progress: bool,
+) -> Seq2SeqTrainer:
+    """Trainer stage: the shared training arguments with the tutorial's epochs (a checkpoint and an
+    evaluation at the end of each), its batches of `batch_size` pairs, the paper's optimizer and schedule,
+    and the runs' progress bar."""
+    optimizer = build_paper_optimizer(model)
+    scheduler = get_noam_schedule(optimizer, settings.d_model, settings.warmup_steps)
+    args = training_arguments(
+        output_dir,
+        seed=settings.seed,
+        eval_batch_size=settings.batch_size,
+        keep_checkpoints=settings.keep_checkpoints,
+        logging_steps=settings.logging_steps,
+        report_to="none",
+        per_device_train_batch_size=settings.batch_size,
+        num_train_epochs=settings.epochs,
+        max_steps=settings.max_steps,
+        eval_strategy="epoch",
+        logging_strategy="steps",
+        save_strategy="epoch",
+        # Pinned memory speeds up copies to a GPU; without one, pinning only prints a warning.
+        dataloader_pin_memory=torch.cuda.is_available(),
+        disable_tqdm=not show_progress,
+    )
+    train_dataset, eval_datasets = datasets
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_datasets,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=masked_token_accuracy,
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+        optimizers=(optimizer, scheduler),
+    )
+    use_progress_bar(trainer, TrainingClock())
+    return trainer
+
+
+def _train_and_save(
+    trainer: Seq2SeqTrainer, checkpoint: Path | None, output_dir: Path
+) -> tuple[dict[str, float], float]:
+    """Finish stage: train (from `checkpoint` when resuming), save the chatbot in `output_dir`, and return
+    the run's metrics (see `train_chatbot`) and its seconds of training."""
+    steps_before = 0
+    if checkpoint is not None:
+        steps_before = json.loads((checkpoint / TRAINER_STATE_FILE).read_text())["global_step"]
+    start = time.perf_counter()
+    train_output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+    seconds = time.perf_counter() - start
+    metrics = {
+        "train_steps": float(train_output.global_step),
+        "updates_this_run": float(train_output.global_step - steps_before),
+    }
+    if steps_before < train_output.global_step:
+        metrics["train_loss"] = train_output.training_loss
+    # The Trainer also evaluates when max_steps cuts an epoch short: the last entries are the final weights.
+    for entry in trainer.state.log_history:
+        metrics.update({key: value for key, value in entry.items() if key.startswith("eval_")})
+        if "loss" in entry:
+            metrics["last_logged_loss"] = entry["loss"]
+    trainer.save_model(str(output_dir))
+    logger.info(f"Saved the chatbot to {output_dir} after {seconds:.0f} s of training.")
+    return metrics, seconds
 
 
 def train_chatbot(
@@ -370,88 +509,16 @@ def train_chatbot(
     """
     settings = settings or ChatbotSettings()
     output_dir = Path(output_dir)
-    checkpoint = find_resume_checkpoint(output_dir, resume, PartialState())
-    if checkpoint is None and (output_dir / "model.safetensors").is_file():
-        raise FileExistsError(
-            f"{output_dir} already holds a trained chatbot. Choose another --output-dir, or delete it first."
-        )
+    checkpoint = _start_chatbot_run(output_dir, resume)
     set_seed(settings.seed)
-    questions, answers = load_chatbot_pairs(data_path, settings.limit)
-    print(f"Read {len(questions):,} question-answer pairs from {data_path}.")
-    # Recorded once the corpus is known to read: a refused run leaves no settings behind.
-    _record_or_check_settings(output_dir, settings, data_path, resuming=checkpoint is not None)
-
-    if checkpoint is None:
-        tokenizer = train_shared_bpe_tokenizer(
-            questions + answers,
-            vocab_size=settings.vocab_size,
-            model_max_length=settings.max_length,
-            show_progress=show_progress,
-        )
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    print(f"Subword vocabulary: {len(tokenizer):,} tokens (<s>, <pad>, </s>, <unk> included).")
-    pairs, held_out = _hold_out(
-        _tokenize_and_filter(tokenizer, questions, answers, settings.max_length), settings
-    )
-    eval_datasets = {} if held_out is None else {"held_out": held_out}
-    sample = random.Random(settings.seed).sample(range(len(pairs)), min(TRAIN_SAMPLE_SIZE, len(pairs)))
-    eval_datasets["train_sample"] = pairs.select(sample)
-
+    questions, answers = _read_corpus(output_dir, data_path, settings, checkpoint)
+    tokenizer = _chatbot_tokenizer(questions, answers, settings, checkpoint, show_progress)
+    datasets = _chatbot_datasets(tokenizer, questions, answers, settings)
     model = build_chatbot_model(settings, tokenizer)
     if checkpoint is not None:
         check_same_model(checkpoint, model.config)
-    optimizer = build_paper_optimizer(model)
-    scheduler = get_noam_schedule(optimizer, settings.d_model, settings.warmup_steps)
-    args = Seq2SeqTrainingArguments(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=settings.batch_size,
-        per_device_eval_batch_size=settings.batch_size,
-        num_train_epochs=settings.epochs,
-        max_steps=settings.max_steps,
-        # The paper and the tutorial do not clip gradients; Trainer would clip at 1.0.
-        max_grad_norm=0.0,
-        eval_strategy="epoch",
-        logging_strategy="steps",
-        logging_steps=settings.logging_steps,
-        save_strategy="epoch",
-        save_total_limit=settings.keep_checkpoints,
-        report_to="none",
-        # Pinned memory speeds up copies to a GPU; without one, pinning only prints a warning.
-        dataloader_pin_memory=torch.cuda.is_available(),
-        disable_tqdm=not show_progress,
-        seed=settings.seed,
-    )
-    trainer = Seq2SeqTrainer(
-        model=model,
-        args=args,
-        train_dataset=pairs,
-        eval_dataset=eval_datasets,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
-        processing_class=tokenizer,
-        compute_metrics=masked_token_accuracy,
-        preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        optimizers=(optimizer, scheduler),
-    )
-    steps_before = 0
-    if checkpoint is not None:
-        steps_before = json.loads((checkpoint / TRAINER_STATE_FILE).read_text())["global_step"]
-    start = time.perf_counter()
-    train_output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
-    seconds = time.perf_counter() - start
-    metrics = {
-        "train_steps": float(train_output.global_step),
-        "updates_this_run": float(train_output.global_step - steps_before),
-    }
-    if steps_before < train_output.global_step:
-        metrics["train_loss"] = train_output.training_loss
-    # The Trainer also evaluates when max_steps cuts an epoch short: the last entries are the final weights.
-    for entry in trainer.state.log_history:
-        metrics.update({key: value for key, value in entry.items() if key.startswith("eval_")})
-        if "loss" in entry:
-            metrics["last_logged_loss"] = entry["loss"]
-    trainer.save_model(str(output_dir))
-    print(f"Saved the chatbot to {output_dir} after {seconds:.0f} s of training.")
+    trainer = _chatbot_trainer(output_dir, settings, model, tokenizer, datasets, show_progress)
+    metrics, seconds = _train_and_save(trainer, checkpoint, output_dir)
     return ChatbotTrainingResult(model.eval(), tokenizer, output_dir, metrics, seconds)
 
 
@@ -467,13 +534,13 @@ def load_chatbot(
 def _read_record(path: str | Path) -> dict[str, Any]:
     """What `SETTINGS_FILE` records of the run in `path`. Evaluating and chatting both go through here, so
     that a folder that is no chatbot run's (a translation model, a checkpoint) is refused alike."""
-    recorded = Path(path) / SETTINGS_FILE
-    if not recorded.is_file():
+    recorded = read_run_record(Path(path), SETTINGS_FILE)
+    if recorded is None:
         raise FileNotFoundError(
             f"{path} has no {SETTINGS_FILE}: give a folder that `vanilla-transformer chatbot train` wrote "
             "(its checkpoint-* subfolders have none)."
         )
-    return json.loads(recorded.read_text(encoding="utf-8"))
+    return recorded
 
 
 def read_chatbot_settings(path: str | Path) -> ChatbotSettings:

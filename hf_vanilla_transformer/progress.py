@@ -1,14 +1,16 @@
 """How a training run measures and shows its progress: the time and target tokens it has trained, across
 resumed segments, with the optional time budget; a progress bar whose total is the steps the run will take;
-and a line for every dev evaluation."""
+and a line for every dev evaluation. Every run (translation training, the chatbot) shows its progress
+lines through the package logger (`show_progress_lines`) and its bar through `use_progress_bar`."""
 
+import logging as python_logging
 import math
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 from tqdm.auto import tqdm
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ExportableState, ProgressCallback
 from transformers.utils import logging
 
@@ -154,3 +156,21 @@ class TrainingProgressBar(ProgressCallback):
         # The budget is checked after each step, so the step during which it runs out is still taken.
         left = max(0.0, self.clock.max_minutes * 60 - self.clock.elapsed())
         return min(state.max_steps, state.global_step + math.ceil(left / (seconds / steps)))
+
+
+def use_progress_bar(trainer: Trainer, clock: TrainingClock) -> None:
+    """Replaces the Trainer's progress bar, where it shows one, with `TrainingProgressBar` on `clock`."""
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(TrainingProgressBar(clock))
+
+
+def show_progress_lines(is_main_process: bool, stream: TextIO | None = None) -> None:
+    """Makes a run's progress lines visible: INFO and up from the main process, warnings from the others,
+    as Trainer's `log_level` and `log_level_replica` do for transformers' logger, on `stream` (default:
+    stderr, like transformers' default handler). A level or a handler the caller has set for the package
+    wins."""
+    package_logger = logging.get_logger(__package__)
+    if package_logger.level == logging.NOTSET:
+        package_logger.setLevel(logging.INFO if is_main_process else logging.WARNING)
+    if not package_logger.hasHandlers():
+        package_logger.addHandler(python_logging.StreamHandler(stream))

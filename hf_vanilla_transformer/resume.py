@@ -1,9 +1,11 @@
 """Resuming a training run after a crash: which checkpoint to continue from, and the checks that a resumed
 run is the run it continues (the same model, recipe and number of processes), recorded in
-`training_recipe.json` when the run starts."""
+`training_recipe.json` when the run starts. The records (`read_run_record`, `write_run_record`) and the
+check that a resumed run changes only what it may (`check_unchanged`) serve every kind of run: the chatbot
+keeps its settings in a record of its own name."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -139,10 +141,10 @@ def check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
     and on another number of processes it would skip other batches than those already trained on (each
     process takes its own share of every epoch's batches). Folders from before the recipe was recorded are
     not checked, nor the number of processes of runs recorded without it."""
-    recorded_file = output_dir / RECIPE_FILE
-    if not recorded_file.is_file():
+    recorded = read_run_record(output_dir, RECIPE_FILE)
+    if recorded is None:
         return
-    recorded = {**_RECIPE_DEFAULTS, **json.loads(recorded_file.read_text(encoding="utf-8"))}
+    recorded = {**_RECIPE_DEFAULTS, **recorded}
     world_size = recorded.get("world_size", record["world_size"])
     if world_size != record["world_size"]:
         raise ValueError(
@@ -152,10 +154,57 @@ def check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
             f"{world_size} process(es) (e.g. accelerate launch --num_processes {world_size}), or start a new "
             "--output-dir."
         )
-    differences = describe_differences(recorded, record, _MAY_CHANGE_ON_RESUME | {"world_size"}, "the run")
+    check_unchanged(
+        output_dir,
+        recorded,
+        record,
+        ResumeRule(
+            _MAY_CHANGE_ON_RESUME,
+            "another recipe",
+            f"settings (--preset {recorded.get('preset')} and the same flags; ",
+            frozenset({"world_size"}),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ResumeRule:
+    """What a kind of run may change when resumed, and how its refusal names the rest: `what` the resumed
+    run brings ("another recipe"), `original` the original run's settings to resume with, up to the list of
+    what may change ("flags ("); `ignored` are recorded keys checked elsewhere."""
+
+    may_change: frozenset[str]
+    what: str
+    original: str
+    ignored: frozenset[str] = frozenset()
+
+
+def check_unchanged(
+    output_dir: Path, recorded: dict[str, Any], current: dict[str, Any], rule: ResumeRule
+) -> None:
+    """Refuse to resume the run in `output_dir` when its recorded settings differ from the current ones
+    beyond what `rule` lets change: they would shape other batches or another schedule than those it
+    was trained with."""
+    differences = describe_differences(recorded, current, rule.may_change | rule.ignored, "the run")
     if differences:
         raise ValueError(
-            f"Cannot resume {output_dir} with another recipe ({differences}). Resume with the "
-            f"original run's settings (--preset {recorded.get('preset')} and the same flags; only "
-            f"{', '.join(sorted(_MAY_CHANGE_ON_RESUME))} may change), or start a new --output-dir."
+            f"Cannot resume {output_dir} with {rule.what} ({differences}). Resume with the original run's "
+            f"{rule.original}only {', '.join(sorted(rule.may_change))} may change), or start a new "
+            "--output-dir."
         )
+
+
+def read_run_record(output_dir: Path, name: str) -> dict[str, Any] | None:
+    """The record `name` (a JSON file) that the run in `output_dir` wrote when it started, else None."""
+    recorded_file = output_dir / name
+    if not recorded_file.is_file():
+        return None
+    return json.loads(recorded_file.read_text(encoding="utf-8"))
+
+
+def write_run_record(output_dir: Path, name: str, record: dict[str, Any], state: PartialState) -> None:
+    """Record what a starting run must be resumed with, as the JSON file `name` in `output_dir` (created when
+    missing), from the main process only."""
+    if state.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -19,7 +19,6 @@
 
 import gc
 import json
-import logging as python_logging
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -44,7 +43,6 @@ from transformers.integrations.integration_utils import (
     get_available_reporting_integrations,
     is_flytekit_available,
 )
-from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import EvalPrediction, seed_worker
 from transformers.utils import is_torch_tf32_available, logging
 
@@ -60,8 +58,15 @@ from .hardware import bf16_is_native, cpu_features
 from .model_location import RESULTS_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
-from .progress import DevLossCallback, TrainingClock, TrainingProgressBar
-from .resume import RECIPE_FILE, check_same_model, check_same_recipe, find_resume_checkpoint, recipe_record
+from .progress import DevLossCallback, TrainingClock, show_progress_lines, use_progress_bar
+from .resume import (
+    RECIPE_FILE,
+    check_same_model,
+    check_same_recipe,
+    find_resume_checkpoint,
+    recipe_record,
+    write_run_record,
+)
 from .run_report import final_scores, format_summary
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .settings_schema import check_settings, optional_copy, setting
@@ -529,85 +534,135 @@ def _texts(pairs: Dataset | None, limit: int | None) -> tuple[list[str], list[st
     return list(pairs["src"])[:limit], list(pairs["tgt"])[:limit]
 
 
-def _show_progress(is_main_process: bool) -> None:
-    """Makes the run's progress lines visible: INFO and up from the main process, warnings from the others,
-    as Trainer's `log_level` and `log_level_replica` do for transformers' logger, on stderr like
-    transformers' default handler. A level or a handler the caller has set for the package wins."""
-    package_logger = logging.get_logger(__package__)
-    if package_logger.level == logging.NOTSET:
-        package_logger.setLevel(logging.INFO if is_main_process else logging.WARNING)
-    if not package_logger.hasHandlers():
-        package_logger.addHandler(python_logging.StreamHandler())
+def training_arguments(
+    output_dir: Path,
+    *,
+    seed: int,
+    eval_batch_size: int,
+    keep_checkpoints: int,
+    logging_steps: int,
+    report_to: str,
+    **schedule: Any,
+) -> Seq2SeqTrainingArguments:
+    """The Trainer's arguments of every training run of this package (translation and chatbot alike): the
+    run's folder, seed, evaluation batch, checkpoints kept, logging interval and tracker, and gradients left
+    unclipped as in the paper. `schedule` holds what a kind of run sets its own way: how long it trains, when
+    it saves and evaluates, its batches, precision and data loading."""
+    return Seq2SeqTrainingArguments(
+        output_dir=str(output_dir),
+        seed=seed,
+        per_device_eval_batch_size=eval_batch_size,
+        save_total_limit=keep_checkpoints,
+        logging_steps=logging_steps,
+        report_to=report_to,
+        max_grad_norm=0.0,  # the paper clips nothing; Trainer would clip at 1.0
+        **schedule,
+    )
 
 
-def run_training(settings: TrainingSettings) -> dict[str, Any]:
-    """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
+@dataclass
+class _Run:
+    """What every stage of a run needs to know: its settings and recipe, folder, processes, the checkpoint
+    it resumes from (None for a new run) and its mixed precision."""
+
+    settings: TrainingSettings
+    recipe: TrainingPreset
+    output_dir: Path
+    state: PartialState
+    checkpoint: Path | None
+    precision: str
+
+
+@dataclass
+class _Data:
+    """The run's pairs (dev and test None where it has no such set) and, once tokenized, its datasets."""
+
+    train_pairs: Dataset
+    dev_pairs: Dataset | None
+    test_pairs: Dataset | None
+    train_dataset: Dataset | SubwordDropoutDataset | None = None
+    dev_dataset: Dataset | None = None
+
+
+def _start_run(settings: TrainingSettings) -> _Run:
+    """The run about to start: its progress lines shown, and the checkpoint it resumes from, refused when
+    the run recorded another recipe."""
     recipe = settings.recipe()
-    workers = settings.workers()
     output_dir = Path(settings.output_dir)
     state = PartialState(cpu=not torch.cuda.is_available())
-    _show_progress(state.is_main_process)
+    show_progress_lines(state.is_main_process)
     checkpoint = find_resume_checkpoint(output_dir, settings.resume, state)
-    record = recipe_record(settings.preset, settings.seed, recipe, state.num_processes)
     if checkpoint is not None:
-        check_same_recipe(output_dir, record)
+        check_same_recipe(output_dir, _recipe_record(settings, recipe, state))
+    return _Run(settings, recipe, output_dir, state, checkpoint, _mixed_precision(settings, recipe))
 
-    train_pairs = _load_split(settings, settings.train, settings.train_target, settings.train_split)
-    dev_pairs = _load_split(settings, settings.dev, settings.dev_target, settings.dev_split)
-    test_pairs = _load_split(settings, settings.test, settings.test_target, settings.test_split)
 
-    # Both sides of the training pairs, read in Arrow batches.
-    tokenizer = _prepare_tokenizer(settings, recipe, output_dir, train_pairs, checkpoint is not None)
-    model = _build_model(settings, recipe, tokenizer)
-    if checkpoint is not None:
-        check_same_model(checkpoint, model.config)
-    # Written once the data, tokenizer and model are known to load: a refused run leaves no recipe behind.
-    if checkpoint is None and state.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / RECIPE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, state: PartialState) -> dict[str, Any]:
+    """What `RECIPE_FILE` records of the run."""
+    return recipe_record(settings.preset, settings.seed, recipe, state.num_processes)
 
-    train_dataset = tokenize_pairs(
-        train_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
+
+def _load_data(run: _Run) -> _Data:
+    """Data stage, first half: the training, dev and test pairs."""
+    settings = run.settings
+    return _Data(
+        _load_split(settings, settings.train, settings.train_target, settings.train_split),
+        _load_split(settings, settings.dev, settings.dev_target, settings.dev_split),
+        _load_split(settings, settings.test, settings.test_target, settings.test_split),
     )
+
+
+def _tokenize_data(run: _Run, data: _Data, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Data stage, second half (once the tokenizer is known): the training pairs tokenized (resegmented
+    every epoch under subword dropout) and the dev pairs tokenized."""
+    settings, recipe = run.settings, run.recipe
+    tokenize = partial(
+        tokenize_pairs,
+        tokenizer=tokenizer,
+        max_source_length=recipe.max_length,
+        max_target_length=recipe.max_length,
+        long_pairs=settings.long_pairs,
+    )
+    data.train_dataset = tokenize(data.train_pairs)
     if recipe.subword_dropout > 0:
-        train_dataset = SubwordDropoutDataset(
-            train_dataset, tokenizer, recipe.subword_dropout, seed=settings.seed, max_length=recipe.max_length
+        data.train_dataset = SubwordDropoutDataset(
+            data.train_dataset,
+            tokenizer,
+            recipe.subword_dropout,
+            seed=settings.seed,
+            max_length=recipe.max_length,
         )
-    dev_dataset = None
-    if dev_pairs is not None:
-        dev_dataset = tokenize_pairs(
-            dev_pairs, tokenizer, recipe.max_length, recipe.max_length, settings.long_pairs
-        )
+    data.dev_dataset = None if data.dev_pairs is None else tokenize(data.dev_pairs)
 
-    micro_batch_tokens, accumulation = _batch_layout(recipe, state.num_processes)
-    precision = _mixed_precision(settings, recipe)
-    args = Seq2SeqTrainingArguments(
-        output_dir=str(output_dir),
-        max_steps=recipe.max_steps,
-        gradient_accumulation_steps=accumulation,
-        per_device_eval_batch_size=settings.eval_batch_size,
-        save_strategy="steps",
-        save_steps=recipe.save_steps,
-        save_total_limit=recipe.keep_checkpoints,
-        eval_strategy="steps" if dev_dataset is not None else "no",
-        eval_steps=recipe.eval_steps,
-        logging_steps=max(1, min(50, recipe.max_steps // 20)),
-        max_grad_norm=0.0,  # the paper clips nothing
-        seed=settings.seed,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        # TF32 matrix products on Ampere and newer GPUs; TrainingArguments refuses tf32=True elsewhere.
-        tf32=True if is_torch_tf32_available() else None,
-        use_cpu=not torch.cuda.is_available(),
-        report_to=settings.report_to,
-        dataloader_num_workers=workers,
-        # Workers forked once for the run rather than for every epoch and every dev evaluation; but a
-        # dataset resegmented each epoch must reach them anew with the epoch that the Trainer sets.
-        dataloader_persistent_workers=workers > 0 and recipe.subword_dropout == 0,
-        ddp_find_unused_parameters=False,
-        predict_with_generate=settings.eval_bleu,
-        generation_num_beams=settings.num_beams,
+
+def _tokenizer_and_model(
+    run: _Run, data: _Data
+) -> tuple[PreTrainedTokenizerBase, VanillaTransformerForConditionalGeneration]:
+    """Tokenizer and model stage: the vocabulary and the model to train (checked against the checkpoint
+    resumed from). A new run's recipe is recorded once they are known to load: a refused run leaves no
+    recipe behind."""
+    settings, recipe = run.settings, run.recipe
+    tokenizer = _prepare_tokenizer(
+        settings, recipe, run.output_dir, data.train_pairs, run.checkpoint is not None
     )
+    model = _build_model(settings, recipe, tokenizer)
+    if run.checkpoint is not None:
+        check_same_model(run.checkpoint, model.config)
+    else:
+        write_run_record(run.output_dir, RECIPE_FILE, _recipe_record(settings, recipe, run.state), run.state)
+    return tokenizer, model
+
+
+def _build_trainer(
+    run: _Run,
+    data: _Data,
+    tokenizer: PreTrainedTokenizerBase,
+    model: VanillaTransformerForConditionalGeneration,
+) -> TokenBudgetSeq2SeqTrainer:
+    """Trainer stage: the Trainer's arguments, the paper's optimizer and schedule, the clock, the dev-loss
+    lines and the progress bar."""
+    settings, recipe = run.settings, run.recipe
+    micro_batch_tokens, accumulation = _batch_layout(recipe, run.state.num_processes)
     optimizer = build_paper_optimizer(model, weight_decay=recipe.weight_decay)
     scheduler = get_noam_schedule(
         optimizer,
@@ -620,9 +675,9 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
     clock = TrainingClock(recipe.max_minutes)
     trainer = TokenBudgetSeq2SeqTrainer(
         model=model,
-        args=args,
-        train_dataset=train_dataset,
-        eval_dataset=dev_dataset,
+        args=_arguments(run, accumulation, has_dev=data.dev_dataset is not None),
+        train_dataset=data.train_dataset,
+        eval_dataset=data.dev_dataset,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         processing_class=tokenizer,
         optimizers=(optimizer, scheduler),
@@ -631,82 +686,176 @@ def run_training(settings: TrainingSettings) -> dict[str, Any]:
         max_tokens=micro_batch_tokens,
         clock=clock,
     )
-    if trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(TrainingProgressBar(clock))
+    use_progress_bar(trainer, clock)
+    return trainer
+
+
+def _arguments(run: _Run, accumulation: int, has_dev: bool) -> Seq2SeqTrainingArguments:
+    """The Trainer's arguments of a translation run: steps, saves and dev evaluations every so many steps."""
+    settings, recipe = run.settings, run.recipe
+    workers = settings.workers()
+    return training_arguments(
+        run.output_dir,
+        seed=settings.seed,
+        eval_batch_size=settings.eval_batch_size,
+        keep_checkpoints=recipe.keep_checkpoints,
+        logging_steps=max(1, min(50, recipe.max_steps // 20)),
+        report_to=settings.report_to,
+        max_steps=recipe.max_steps,
+        gradient_accumulation_steps=accumulation,
+        save_strategy="steps",
+        save_steps=recipe.save_steps,
+        eval_strategy="steps" if has_dev else "no",
+        eval_steps=recipe.eval_steps,
+        bf16=run.precision == "bf16",
+        fp16=run.precision == "fp16",
+        # TF32 matrix products on Ampere and newer GPUs; TrainingArguments refuses tf32=True elsewhere.
+        tf32=True if is_torch_tf32_available() else None,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=workers,
+        # Workers forked once for the run rather than for every epoch and every dev evaluation; but a
+        # dataset resegmented each epoch must reach them anew with the epoch that the Trainer sets.
+        dataloader_persistent_workers=workers > 0 and recipe.subword_dropout == 0,
+        ddp_find_unused_parameters=False,
+        predict_with_generate=settings.eval_bleu,
+        generation_num_beams=settings.num_beams,
+    )
+
+
+def _train(run: _Run, trainer: TokenBudgetSeq2SeqTrainer) -> None:
+    """Train (from the checkpoint resumed from, if any), after a line that says what the run does."""
+    recipe, model = run.recipe, trainer.model
+    micro_batch_tokens = trainer.max_tokens
+    accumulation = trainer.args.gradient_accumulation_steps
     millions = sum(p.numel() for p in model.parameters()) / 1e6
     logger.info(
         f"Training {recipe.model_preset} ({millions:.1f}M parameters) "
-        f"on {len(train_dataset):,} pairs: {recipe.max_steps} steps"
+        f"on {len(trainer.train_dataset):,} pairs: {recipe.max_steps} steps"
         + (f" or {recipe.max_minutes:g} minutes, whichever ends first," if recipe.max_minutes else "")
         + f" of ~{recipe.tokens_per_step} tokens "
-        f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {state.num_processes} "
-        f"process(es)), warmup {recipe.warmup_steps}, {_precision_words(precision, recipe)}, "
-        f"output {output_dir}"
+        f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {run.state.num_processes} "
+        f"process(es)), warmup {recipe.warmup_steps}, {_precision_words(run.precision, recipe)}, "
+        f"output {run.output_dir}"
     )
-    with cpu_bf16_training(model) if precision == "bf16" and not torch.cuda.is_available() else nullcontext():
-        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    train_seconds = clock.train_seconds
-    tokens_per_second = round(clock.target_tokens / train_seconds, 1) if train_seconds > 0 else None
+    on_cpu_in_bf16 = run.precision == "bf16" and not torch.cuda.is_available()
+    with cpu_bf16_training(model) if on_cpu_in_bf16 else nullcontext():
+        trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
 
-    # Section 6.1 averages the last K checkpoints; a short run may have saved fewer.
-    final_dir = output_dir / FINAL_MODEL_DIR
-    available = last_checkpoints(output_dir, k=None)
-    averaged = available[-recipe.average_checkpoints :] if recipe.average_checkpoints > 1 else []
-    if state.is_main_process:
-        if len(averaged) > 1:
+
+def _final_model(
+    run: _Run, trainer: TokenBudgetSeq2SeqTrainer
+) -> tuple[VanillaTransformerForConditionalGeneration, list[Path]]:
+    """The final model, loaded from `FINAL_MODEL_DIR`: the last K checkpoints averaged (Section 6.1; a short
+    run may have saved fewer), else the trained weights; with the generation config of its scores. Also
+    the checkpoints averaged (none when not)."""
+    final_dir = run.output_dir / FINAL_MODEL_DIR
+    available = last_checkpoints(run.output_dir, k=None)
+    averaged = available[-run.recipe.average_checkpoints :] if run.recipe.average_checkpoints > 1 else []
+    averaged = averaged if len(averaged) > 1 else []
+    if run.state.is_main_process:
+        if averaged:
             average_checkpoints(averaged, final_dir, overwrite=True)
             logger.info(
                 f"Averaged the last {len(averaged)} checkpoints: {', '.join(c.name for c in averaged)}"
             )
         else:
             trainer.model.save_pretrained(final_dir)
-    state.wait_for_everyone()
+    run.state.wait_for_everyone()
     model = VanillaTransformerForConditionalGeneration.from_pretrained(final_dir).to(trainer.args.device)
     # The model decodes with the beam size its scores below were measured with (and its alpha chosen for);
     # a greedy evaluation leaves it the paper's beam search.
-    beam = {"num_beams": settings.num_beams} if settings.num_beams > 1 else {}
+    num_beams = run.settings.num_beams
+    beam = {"num_beams": num_beams} if num_beams > 1 else {}
     model.generation_config = paper_generation_config(model.config, **beam)
-    results: dict[str, Any] = {
+    return model, averaged
+
+
+def _run_figures(
+    run: _Run,
+    trainer: TokenBudgetSeq2SeqTrainer,
+    model: VanillaTransformerForConditionalGeneration,
+    averaged: list[Path],
+) -> dict[str, Any]:
+    """What results.json records of the run before its BLEU scores."""
+    settings, clock = run.settings, trainer.clock
+    train_seconds = clock.train_seconds
+    return {
         "preset": settings.preset,
         "steps": trainer.state.global_step,
-        "train_pairs": len(train_dataset),
+        "train_pairs": len(trainer.train_dataset),
         "train_seconds": round(train_seconds, 1),
-        "target_tokens_per_second": tokens_per_second,
+        "target_tokens_per_second": round(clock.target_tokens / train_seconds, 1)
+        if train_seconds > 0
+        else None,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "mixed_precision": precision,
-        "processes": state.num_processes,
-        "averaged_checkpoints": [p.name for p in averaged] if len(averaged) > 1 else [],
+        "mixed_precision": run.precision,
+        "processes": run.state.num_processes,
+        "averaged_checkpoints": [p.name for p in averaged],
         "dataset": settings.train,
         "src_lang": settings.src_lang,
         "tgt_lang": settings.tgt_lang,
-        "model_dir": str(final_dir),
+        "model_dir": str(run.output_dir / FINAL_MODEL_DIR),
     }
-    if dev_dataset is not None:
+
+
+def _finish(
+    run: _Run, data: _Data, trainer: TokenBudgetSeq2SeqTrainer, tokenizer: PreTrainedTokenizerBase
+) -> dict[str, Any]:
+    """Finish stage: the final model (averaged checkpoints), its dev loss, then on the main process its
+    length penalty chosen on the dev set, its dev and test BLEU, and the model, tokenizer, generation
+    config and results saved. Returns the results (empty on the other processes)."""
+    model, averaged = _final_model(run, trainer)
+    results = _run_figures(run, trainer, model, averaged)
+    if trainer.eval_dataset is not None:
         # Every process takes part: the Trainer's evaluation gathers across them. Its loss only: the dev BLEU
         # of the final model follows, on the dev set's own text.
         trainer.model, trainer.compute_metrics = model, None
         results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
-    _leave_process_group(state, trainer)
-    if not state.is_main_process:
+    _leave_process_group(run.state, trainer)
+    if not run.state.is_main_process:
         return {}
+    return _score_and_save(run, data, model, tokenizer, results)
 
+
+def _score_and_save(
+    run: _Run,
+    data: _Data,
+    model: VanillaTransformerForConditionalGeneration,
+    tokenizer: PreTrainedTokenizerBase,
+    results: dict[str, Any],
+) -> dict[str, Any]:
+    """The final model's dev and test BLEU (its length penalty chosen on the dev set where the recipe says
+    so), saved with its tokenizer, generation config and `results`, which it returns with the scores."""
+    settings = run.settings
+    final_dir = run.output_dir / FINAL_MODEL_DIR
     model.save_pretrained(final_dir)
     tokenizer.save_pretrained(final_dir)
     results |= final_scores(
         model,
         tokenizer,
-        _texts(dev_pairs, settings.max_eval_sentences),
-        _texts(test_pairs, settings.max_eval_sentences),
+        _texts(data.dev_pairs, settings.max_eval_sentences),
+        _texts(data.test_pairs, settings.max_eval_sentences),
         test_set=settings.test,
         num_beams=settings.num_beams,
         batch_size=settings.eval_batch_size,
-        tune_length_penalty=recipe.tune_length_penalty and settings.num_beams > 1,
+        tune_length_penalty=run.recipe.tune_length_penalty and settings.num_beams > 1,
     )
     # The length penalty chosen on the dev set, for every later translation with the model.
     model.generation_config.save_pretrained(final_dir)
     (final_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     logger.info(format_summary(results))
     return results
+
+
+def run_training(settings: TrainingSettings) -> dict[str, Any]:
+    """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
+    run = _start_run(settings)
+    data = _load_data(run)
+    tokenizer, model = _tokenizer_and_model(run, data)
+    _tokenize_data(run, data, tokenizer)
+    trainer = _build_trainer(run, data, tokenizer, model)
+    _train(run, trainer)
+    return _finish(run, data, trainer, tokenizer)
 
 
 def _leave_process_group(state: PartialState, trainer: Seq2SeqTrainer) -> None:

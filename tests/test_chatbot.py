@@ -333,3 +333,10 @@ def test_cli_refuses_an_empty_question_in_one_line(trained, capsys, question: st
     assert exited.value.code == 2 and captured.out == "", captured.out
     assert len(captured.err.strip().splitlines()) == 1, captured.err
     assert captured.err.strip().endswith("--ask is empty: give a question.")
+
+
+def test_progress_lines_go_to_the_package_logger(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="hf_vanilla_transformer"):
+        train_chatbot(tmp_path / "run", settings=replace(TINY, max_steps=1), show_progress=False)
+    assert "Read 40 question-answer pairs" in caplog.text and "Subword vocabulary: " in caplog.text
+    assert f"Saved the chatbot to {tmp_path / 'run'}" in caplog.text
