@@ -11,10 +11,8 @@ of the loss and the gradient from torch's, which must be float rounding only.
 """
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line  # noqa: E402
+from _common import machine_line, timed, write_result  # noqa: E402
 
 from hf_vanilla_transformer.cpu_speedups import chunked_label_smoothed_cross_entropy_sum  # noqa: E402
 
@@ -40,34 +38,29 @@ LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] =
 }
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure(
     loss_fn: Callable, logits: torch.Tensor, labels: torch.Tensor, epsilon: float, repeats: int
 ) -> dict[str, object]:
     """Median seconds of forward + backward, peak extra memory, and the loss and gradient of the last run."""
     device = logits.device
-    times = []
+    times, last = [], {}
+
+    def forward_backward() -> None:
+        last["leaf"] = logits.detach().requires_grad_()
+        last["loss"] = loss_fn(last["leaf"], labels, epsilon)
+        last["loss"].backward()
+
     for _ in range(repeats + 1):  # the first is a warm-up
-        leaf = logits.detach().requires_grad_()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
-        synchronize(device)
-        start = time.perf_counter()
-        loss = loss_fn(leaf, labels, epsilon)
-        loss.backward()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
+        times.append(timed(forward_backward, device.type))
     extra = torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else None
     return {
         "seconds": statistics.median(times[1:]),
         "peak_extra_bytes": extra,
-        "loss": loss.detach(),
-        "grad": leaf.grad,
+        "loss": last["loss"].detach(),
+        "grad": last["leaf"].grad,
     }
 
 
@@ -119,8 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
         "dtype": args.dtype,
         "losses": rows,
     }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_result(result, args.output)
     return result
 
 
