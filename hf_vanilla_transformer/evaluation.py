@@ -1,6 +1,7 @@
-"""BLEU for translation quality (Vaswani et al., 2017, Section 6.1, Table 2).
+"""BLEU for translation quality (Vaswani et al., 2017, Section 6.1, Table 2), and sacreBLEU's chrF and TER
+beside it.
 
-Two scores, which are NOT comparable with each other:
+Two BLEU scores, which are NOT comparable with each other:
 
 * `corpus_bleu`: detokenized sacreBLEU (Post, 2018), the standard today. Hypotheses and references are
   plain text; sacreBLEU tokenizes both itself (13a by default) and the returned signature records every
@@ -11,6 +12,14 @@ Two scores, which are NOT comparable with each other:
   compounds into `rich ##AT##-##AT## text`, then `multi-bleu.perl`. A correctly translated compound then
   matches three tokens instead of one; tensor2tensor issue #317 reports about +0.7 to +1 BLEU from the
   splitting on newstest2014. Use it only to compare with papers that report tokenized BLEU.
+
+Two more of sacreBLEU's corpus metrics, on the same detokenized text and with its signatures:
+
+* `corpus_chrf`: chrF (Popovic, 2015), the F-score of character n-grams, or chrF++ (Popovic, 2017) with word
+  bigrams as well; it credits partly right word forms, which matters for a morphologically rich target such
+  as German.
+* `corpus_ter`: TER (Snover et al., 2006), the edits per 100 reference words that turn the hypothesis into
+  the reference (lower is better), case-insensitive by default as in sacreBLEU.
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ from dataclasses import asdict, dataclass
 from functools import cache
 
 import evaluate
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.metrics.base import Metric, Score
 
 from .metrics import SACREBLEU_METRIC
 
@@ -178,3 +188,68 @@ def tokenized_bleu(
     )
     # A BLEUScore's attributes have the names of the metric's figures.
     return _result(vars(score), signature)
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """A corpus score of one of sacreBLEU's other metrics (chrF, chrF++, TER) with its signature.
+
+    Attributes:
+        name: the score's name as sacreBLEU prints it: "chrF2", "chrF2++" or "TER".
+        score: on a 0-100 scale; higher is better for chrF, lower for TER (edits per 100 reference words).
+        signature: sacreBLEU's signature of the settings, e.g. "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|...".
+    """
+
+    name: str
+    score: float
+    signature: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.score:.2f}"
+
+
+def _scored_by(metric: Metric, hypotheses: Sequence[str], references: Sequence[str]) -> MetricResult:
+    """`metric`'s corpus score of the checked input against a single reference per segment."""
+    hyps, refs = _validated(hypotheses, references)
+    score: Score = metric.corpus_score(hyps, [refs])
+    return MetricResult(name=score.name, score=score.score, signature=str(metric.get_signature()))
+
+
+def corpus_chrf(
+    hypotheses: Sequence[str], references: Sequence[str], *, word_order: int = 0, lowercase: bool = False
+) -> MetricResult:
+    """Corpus chrF with sacreBLEU's defaults (character n-grams up to 6, beta 2, whitespace ignored) against
+    a single reference per segment.
+
+    Args:
+        hypotheses: detokenized system outputs, one per segment.
+        references: detokenized references, aligned with `hypotheses`.
+        word_order: word n-grams counted as well: 0 for chrF, 2 for chrF++.
+        lowercase: case-insensitive chrF; the signature then says `case:lc`.
+
+    Raises:
+        ValueError: empty input or different numbers of hypotheses and references.
+        TypeError: a single string or a non-string segment was given.
+    """
+    return _scored_by(CHRF(word_order=word_order, lowercase=lowercase), hypotheses, references)
+
+
+def corpus_ter(
+    hypotheses: Sequence[str], references: Sequence[str], *, case_sensitive: bool = False
+) -> MetricResult:
+    """Corpus TER with sacreBLEU's defaults (tercom's tokenization and shifts, case-insensitive) against a
+    single reference per segment: the edits, shifts included, per 100 reference words.
+
+    Args:
+        hypotheses: detokenized system outputs, one per segment.
+        references: detokenized references, aligned with `hypotheses`.
+        case_sensitive: count a change of case as an edit; the signature then says `case:mixed`.
+
+    Raises:
+        ValueError: empty input or different numbers of hypotheses and references.
+        TypeError: a single string or a non-string segment was given.
+    """
+    return _scored_by(TER(case_sensitive=case_sensitive), hypotheses, references)

@@ -1,5 +1,5 @@
 """BLEU (Section 6.1): detokenized sacreBLEU (the package's `evaluate` metric), paper-style tokenized BLEU
-with ##AT## splitting, the CLI."""
+with ##AT## splitting; chrF, chrF++ and TER against sacreBLEU's own objects; the CLI."""
 
 import json
 import os
@@ -7,14 +7,23 @@ import runpy
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import evaluate
 import pytest
 import sacrebleu
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF, TER
 
-from hf_vanilla_transformer.evaluation import BleuResult, corpus_bleu, split_compounds, tokenized_bleu
+from hf_vanilla_transformer.evaluation import (
+    BleuResult,
+    MetricResult,
+    corpus_bleu,
+    corpus_chrf,
+    corpus_ter,
+    split_compounds,
+    tokenized_bleu,
+)
 from hf_vanilla_transformer.metrics import SACREBLEU_METRIC
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -98,6 +107,42 @@ def test_lowercase_scores_the_lowercased_text(score):
     assert "|case:lc|" in insensitive.signature and "|case:mixed|" in lowered.signature
 
 
+@pytest.mark.parametrize(
+    ("score", "metric", "name"),
+    [
+        (corpus_chrf, CHRF(), "chrF2"),
+        (partial(corpus_chrf, word_order=2), CHRF(word_order=2), "chrF2++"),
+        (partial(corpus_chrf, lowercase=True), CHRF(lowercase=True), "chrF2"),
+        (corpus_ter, TER(), "TER"),
+        (partial(corpus_ter, case_sensitive=True), TER(case_sensitive=True), "TER"),
+    ],
+    ids=["chrf", "chrf++", "chrf-lowercase", "ter", "ter-case-sensitive"],
+)
+def test_chrf_and_ter_are_sacrebleus(score, metric, name):
+    """Scores and signatures are those of sacreBLEU's own CHRF and TER objects on the same text."""
+    hypotheses = _recased(_degraded(REFERENCES))
+    expected = metric.corpus_score(hypotheses, [REFERENCES])
+    result = score(hypotheses, REFERENCES)
+    assert isinstance(result, MetricResult)
+    assert (result.name, result.score) == (name, expected.score)
+    assert 1 < result.score < 99  # neither a perfect nor a hopeless score
+    assert result.signature == str(metric.get_signature())
+    assert str(result) == f"{name} = {expected.score:.2f}"
+
+
+def test_chrf_and_ter_move_the_right_way():
+    """chrF rises and TER falls as the output gets closer to the reference; identical text is 100 and 0."""
+    closer, further = _degraded(REFERENCES), _recased(_degraded(REFERENCES))
+    assert corpus_chrf(REFERENCES, REFERENCES).score == pytest.approx(100.0)
+    assert corpus_ter(REFERENCES, REFERENCES).score == 0.0
+    assert corpus_chrf(closer, REFERENCES).score > corpus_chrf(further, REFERENCES).score
+    assert corpus_ter(closer, REFERENCES).score < corpus_ter(further, REFERENCES).score
+    # TER ignores case by default, as sacreBLEU does; counting it, the lowercased output needs more edits.
+    lowered = [line.lower() for line in closer]
+    assert corpus_ter(lowered, REFERENCES).score == corpus_ter(closer, REFERENCES).score
+    assert corpus_ter(lowered, REFERENCES, case_sensitive=True).score > corpus_ter(closer, REFERENCES).score
+
+
 def test_the_shipped_metric_loads_by_path_offline():
     assert os.environ["HF_HUB_OFFLINE"] == "1"  # conftest: no network to fall back on
     metric = evaluate.load(SACREBLEU_METRIC)
@@ -153,7 +198,7 @@ def test_split_compounds_follows_the_perl_rule():
         assert perl.stdout.rstrip("\n") == expected
 
 
-@pytest.mark.parametrize("score", [corpus_bleu, tokenized_bleu])
+@pytest.mark.parametrize("score", [corpus_bleu, tokenized_bleu, corpus_chrf, corpus_ter])
 def test_input_errors(score):
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
         score(["a b", "c d"], ["a b"])
@@ -193,10 +238,14 @@ def test_cli_subprocess_prints_score_and_signature(files):
         env=env,
         check=True,
     )
-    expected = corpus_bleu(_degraded(REFERENCES), REFERENCES)
-    score_line, signature_line = completed.stdout.strip().splitlines()
-    assert score_line == str(expected)
-    assert signature_line == f"signature: {expected.signature}"
+    # BLEU and chrF by default, as sacreBLEU prints them: the score, then its signature.
+    bleu, chrf = (score(_degraded(REFERENCES), REFERENCES) for score in (corpus_bleu, corpus_chrf))
+    assert completed.stdout.strip().splitlines() == [
+        str(bleu),
+        f"signature: {bleu.signature}",
+        f"chrF2 = {CHRF().corpus_score(_degraded(REFERENCES), [REFERENCES]).score:.2f}",
+        f"signature: {chrf.signature}",
+    ]
 
 
 def _run_cli(argv: list[str]) -> None:
@@ -207,17 +256,17 @@ def _run_cli(argv: list[str]) -> None:
 def test_cli_json_and_tokenized(files, capsys):
     hypotheses, references = files
     common = ["--hypotheses", str(hypotheses), "--references", str(references), "--json"]
-    _run_cli(common)
-    detokenized = json.loads(capsys.readouterr().out)
+    _run_cli([*common, "--metrics", "bleu"])
+    detokenized = json.loads(capsys.readouterr().out)["bleu"]
     _run_cli([*common, "--tokenized"])
-    tokenized = json.loads(capsys.readouterr().out)
+    tokenized = json.loads(capsys.readouterr().out)["bleu"]
     for printed, score in ((detokenized, corpus_bleu), (tokenized, tokenized_bleu)):
         expected = score(_degraded(REFERENCES), REFERENCES)
         assert printed["score"] == pytest.approx(expected.score)
         assert printed["signature"] == expected.signature
     assert tokenized["signature"].startswith("tokenized|")
     _run_cli([*common, "--tokenized", "--lowercase"])
-    insensitive = json.loads(capsys.readouterr().out)
+    insensitive = json.loads(capsys.readouterr().out)["bleu"]
     expected = tokenized_bleu(_degraded(REFERENCES), REFERENCES, lowercase=True)
     assert (insensitive["score"], insensitive["signature"]) == (expected.score, expected.signature)
 
@@ -238,4 +287,50 @@ def test_cli_reads_past_a_byte_order_mark(files, tmp_path, capsys):
     with_mark = tmp_path / "bom.de"
     with_mark.write_bytes(b"\xef\xbb\xbf" + references.read_bytes())
     _run_cli(["--hypotheses", str(with_mark), "--references", str(references), "--json"])
-    assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100.0)
+    assert json.loads(capsys.readouterr().out)["bleu"]["score"] == pytest.approx(100.0)
+
+
+def test_cli_metrics_are_sacrebleus(files, capsys):
+    """`--metrics bleu chrf ter --chrf-word-order 2`: every score and signature is sacreBLEU's own, in the
+    order asked for; `--lowercase` reaches chrF, and TER stays case-insensitive as in sacreBLEU."""
+    hypotheses, references = files
+    system = _degraded(REFERENCES)
+    common = ["--hypotheses", str(hypotheses), "--references", str(references), "--json"]
+    _run_cli([*common, "--metrics", "ter", "chrf", "bleu", "--chrf-word-order", "2", "--lowercase"])
+    printed = json.loads(capsys.readouterr().out)
+    assert list(printed) == ["ter", "chrf", "bleu"]
+    for name, metric in (
+        ("ter", TER()),
+        ("chrf", CHRF(word_order=2, lowercase=True)),
+        ("bleu", BLEU(lowercase=True)),
+    ):
+        expected = metric.corpus_score(system, [REFERENCES])
+        assert printed[name]["score"] == expected.score, name
+        assert printed[name]["signature"] == str(metric.get_signature()), name
+    assert printed["chrf"]["name"] == "chrF2++" and printed["ter"]["name"] == "TER"
+
+    _run_cli(common[:-1] + ["--metrics", "ter"])
+    ter = TER()
+    expected = ter.corpus_score(system, [REFERENCES])
+    assert capsys.readouterr().out.splitlines() == [
+        f"TER = {expected.score:.2f}",
+        f"signature: {ter.get_signature()}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--metrics", "chrf", "--tokenized"], "--tokenized applies to BLEU"),
+        (["--metrics", "bleu", "--chrf-word-order", "2"], "--chrf-word-order applies to chrF"),
+        (["--metrics", "meteor"], "invalid choice: 'meteor'"),
+        (["--chrf-word-order", "-1"], "--chrf-word-order"),
+    ],
+)
+def test_cli_refuses_flags_for_metrics_it_does_not_compute(files, capsys, flags, message):
+    hypotheses, references = files
+    with pytest.raises(SystemExit) as exit_info:
+        _run_cli(["--hypotheses", str(hypotheses), "--references", str(references), *flags])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and ": error: " in error and message in error

@@ -115,7 +115,7 @@ def test_train_average_translate_and_score(corpus, tmp_path):
         "evaluate_bleu.py", "--hypotheses", str(hyp), "--references", str(corpus / "val.de"), "--json"
     )
     assert scored.returncode == 0, scored.stderr[-2000:]
-    assert 0 <= json.loads(scored.stdout)["score"] <= 100
+    assert 0 <= json.loads(scored.stdout)["bleu"]["score"] <= 100
 
     averaged = run_script(
         "average_checkpoints.py", "--run-dir", str(out), "--last", "2", "--output", str(tmp_path / "avg")
