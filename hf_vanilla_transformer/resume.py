@@ -19,6 +19,8 @@ from .model_location import TRAINER_STATE_FILE
 from .presets import TrainingPreset
 
 RECIPE_FILE = "training_recipe.json"
+# What a checkpoint folder that was not written to the end is renamed to: `incomplete-checkpoint-N`.
+INCOMPLETE_PREFIX = "incomplete-"
 
 logger = logging.get_logger(__name__)
 
@@ -31,7 +33,7 @@ def latest_complete_checkpoint(output_dir: Path) -> Path | None:
             json.loads((checkpoint / TRAINER_STATE_FILE).read_text())
             return checkpoint
         except (OSError, ValueError):
-            aside = checkpoint.with_name(f"incomplete-{checkpoint.name}")
+            aside = checkpoint.with_name(f"{INCOMPLETE_PREFIX}{checkpoint.name}")
             logger.warning(
                 f"{checkpoint} was not written completely (killed while saving?); moved to {aside}."
             )
@@ -62,9 +64,27 @@ def find_resume_checkpoint(output_dir: Path, resume: bool, state: PartialState) 
             )
         return None
     if last is None:
-        raise FileNotFoundError(f"--resume: no complete checkpoint-N folder in {output_dir} to resume from.")
+        raise FileNotFoundError(_nothing_to_resume(output_dir))
     logger.info(f"Resuming from {last}")
     return last
+
+
+def _nothing_to_resume(output_dir: Path) -> str:
+    """Why `--resume` has nothing to continue in `output_dir`, and how to start the run afresh there."""
+    set_aside = (
+        sorted(path.name for path in output_dir.glob(f"{INCOMPLETE_PREFIX}*")) if output_dir.is_dir() else []
+    )
+    if not set_aside:
+        return (
+            f"--resume: no complete checkpoint in {output_dir} to resume from (it holds no checkpoint-N "
+            "folder). Run without --resume to start the run."
+        )
+    return (
+        f"--resume: no complete checkpoint in {output_dir} to resume from: the run was stopped while writing "
+        f"its first one, set aside as {', '.join(set_aside)}. Run without --resume to start afresh in the "
+        "same folder: the new run replaces the stopped one's tokenizer and recipe record, and leaves the "
+        "incomplete folders for you to delete."
+    )
 
 
 # Config keys that say how a run was saved or runs, not which model it builds: a resumed run may differ in

@@ -5,6 +5,7 @@ TF32, data-loading workers)."""
 
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from test_training import settings, write_corpus
 
 from hf_vanilla_transformer import resume, training
 from hf_vanilla_transformer.batching import TokenBudgetBatchSampler
+from hf_vanilla_transformer.commands import train as train_command
 from hf_vanilla_transformer.data import load_parallel_data, tokenize_pairs
 from hf_vanilla_transformer.presets import TRAINING_PRESETS
 from hf_vanilla_transformer.tokenization import load_tokenizer
@@ -102,6 +104,47 @@ def test_two_processes_train_resume_over_an_incomplete_checkpoint_and_refuse_one
 
     with pytest.raises(ValueError, match=r"on 1 process\(es\): it was trained on 2.*--num_processes 2"):
         run_training(replace(two, max_steps=5, resume=True))
+
+
+def train_flags(corpus: Path, out: Path, *extra: str) -> list[str]:
+    """The `train` command's flags for the run that `test_training.settings` makes."""
+    return ["--output-dir", str(out), "--train", str(corpus / "train"), "--dev", "none", "--test", "none",
+            "--preset", "cpu-demo", "--vocab-size", "300",
+            "--model-override", "d_model=32", "N=1", "h=2", "d_ff=64", *extra]  # fmt: skip
+
+
+def test_resume_after_a_kill_during_the_first_checkpoint_says_how_to_start_afresh(corpus, tmp_path, capsys):
+    """A kill while the first checkpoint was written leaves the run's record, its tokenizer and a checkpoint
+    folder without trainer_state.json. --resume says there is nothing to resume, where the partial files
+    went and that a run without --resume starts afresh; which it then does, in the same folder."""
+    out = tmp_path / "run"
+    run = settings(corpus, out, max_steps=2, save_steps=2)
+    run_training(run)
+    partial = out / "checkpoint-2"
+    (partial / "trainer_state.json").unlink()  # written last: the kill came before it
+    shutil.rmtree(out / "model")
+    weights = (partial / "model.safetensors").read_bytes()
+    capsys.readouterr()  # the first run's progress
+
+    with pytest.raises(SystemExit) as exit_info:
+        train_command.main(train_flags(corpus, out, "--max-steps", "2", "--save-steps", "2", "--resume"))
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1, error
+    assert f"no complete checkpoint in {out} to resume from" in error
+    assert "set aside as incomplete-checkpoint-2" in error and "Run without --resume to start afresh" in error
+    assert not partial.exists()
+    assert (out / "incomplete-checkpoint-2" / "model.safetensors").read_bytes() == weights
+
+    # As the message says: without --resume the run starts afresh there, and leaves the set-aside folder.
+    assert run_training(run)["steps"] == 2
+    assert json.loads((partial / "trainer_state.json").read_text())["global_step"] == 2
+    assert (out / "incomplete-checkpoint-2" / "model.safetensors").read_bytes() == weights
+
+
+def test_resume_of_a_folder_without_checkpoints_says_to_start_the_run(corpus, tmp_path):
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint-N folder.*Run without --resume"):
+        run_training(settings(corpus, tmp_path, resume=True))
 
 
 def test_a_run_resumed_on_one_process_refuses_two(corpus, tmp_path):
