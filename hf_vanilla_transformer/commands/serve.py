@@ -1,0 +1,166 @@
+"""Serve translations over HTTP: LibreTranslate's API, a native one with scores and alignments, and a web
+page that shows the attention, with requests batched together as they arrive.
+
+    vanilla-transformer serve --model runs/demo/model
+    vanilla-transformer serve --model runs/demo/ct2 --engine ctranslate2 --port 8080 --api-keys keys.txt
+
+The server listens on 127.0.0.1 (this machine only) unless --host says otherwise; open http://127.0.0.1:8000/
+for the page and /docs for the API. SIGTERM or Ctrl-C stops it once the requests in flight are answered.
+docs/serve.md shows the API with curl.
+"""
+
+import argparse
+import importlib.util
+
+import torch
+
+from ..cli import ArgumentParser, non_negative_float, positive_int, refusals_in_one_line, run_command
+from ..engines import CTRANSLATE2_COMPUTE_TYPES, ENGINES, detect_engine, get_engine, load_translator
+from ..translation import quantize_int8
+from .translate import DEVICES, _device
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--model", required=True, help="model folder, exported folder or Hub id")
+    parser.add_argument(
+        "--engine", choices=ENGINES, help="torch, or the engine of an exported folder (default: the folder's)"
+    )
+    parser.add_argument(
+        "--device", choices=DEVICES, default="auto", help="where the model runs, as for translate"
+    )
+    parser.add_argument(
+        "--compute-type",
+        choices=CTRANSLATE2_COMPUTE_TYPES,
+        help="CTranslate2's compute type, as for translate",
+    )
+    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
+    parser.add_argument(
+        "--int8", action="store_true", help="int8 dynamic quantization (CPU), as for translate"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 opens the server to other machines"
+    )
+    parser.add_argument("--port", type=positive_int, default=8000, help="TCP port to listen on")
+    parser.add_argument(
+        "--source-lang", help="the model's source language code (default: what its results.json records)"
+    )
+    parser.add_argument(
+        "--target-lang", help="the model's target language code (default: what its results.json records)"
+    )
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=positive_int,
+        default=2048,
+        help="source tokens a batch holds at most, padding included (its segments times its longest)",
+    )
+    parser.add_argument(
+        "--max-wait-ms",
+        type=non_negative_float,
+        default=10.0,
+        help="how long a batch waits after its first request for others to join it",
+    )
+    parser.add_argument(
+        "--max-queue", type=positive_int, default=256, help="requests waiting at most; more are answered 503"
+    )
+    parser.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="one request a batch (to measure what batching across requests gains)",
+    )
+    parser.add_argument(
+        "--max-characters", type=positive_int, default=5000, help="characters a request holds at most"
+    )
+    parser.add_argument(
+        "--max-segments", type=positive_int, default=64, help="texts (segments) a request holds at most"
+    )
+    parser.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        help="a file of API keys, one a line: requests without one are answered 401, with another 403",
+    )
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="info", help="debug logs every request and every batch"
+    )
+    return parser
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Load the model, then serve it until SIGTERM or Ctrl-C."""
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        parser.error("serving needs FastAPI and uvicorn: pip install 'hf-vanilla-transformer[serve]'.")
+    import logging
+
+    from ..serving import (
+        ApiKeys,
+        Limits,
+        ServerSettings,
+        check_port,
+        create_app,
+        is_loopback,
+        read_api_keys,
+        recorded_languages,
+        run_server,
+    )
+
+    with refusals_in_one_line(parser):
+        engine = get_engine(args.engine or detect_engine(args.model))
+        check_port(args.host, args.port)
+        keys = ApiKeys(read_api_keys(args.api_keys)) if args.api_keys else ApiKeys()
+        recorded = recorded_languages(args.model)
+    if args.int8 and not engine.dynamic_int8:
+        parser.error("--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8.")
+    languages = (args.source_lang, args.target_lang)
+    if None in languages:
+        if recorded is None:
+            parser.error(
+                f"{args.model} records no language pair (results.json): give --source-lang and --target-lang."
+            )
+        languages = tuple(given or found for given, found in zip(languages, recorded))
+    device = _device(args, engine, parser)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    try:
+        translator = load_translator(
+            args.model,
+            engine.name,
+            device=str(device),
+            threads=args.threads or 0,
+            compute_type=args.compute_type or "default",
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    if args.int8:
+        translator.model = quantize_int8(translator.model)
+    beams = translator.model.generation_config.num_beams or 1
+    settings = ServerSettings(
+        source_lang=languages[0],
+        target_lang=languages[1],
+        limits=Limits(args.max_characters, args.max_segments, max_alternatives=beams - 1),
+        api_keys=keys,
+        max_batch_tokens=args.max_batch_tokens,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        batching=not args.no_batching,
+    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
+    log = logging.getLogger(__name__)
+    if not is_loopback(args.host) and not keys.keys:
+        log.warning("listening on %s without --api-keys: anyone who reaches it may translate.", args.host)
+    log.info(
+        "serving %s (%s on %s, %s to %s) at http://%s:%d/ (API docs at /docs)",
+        args.model,
+        engine.name,
+        device,
+        *languages,
+        args.host,
+        args.port,
+    )
+    run_server(create_app(translator, settings), args.host, args.port, args.log_level)
+
+
+def main(argv: list[str] | None = None) -> int | None:
+    """`vanilla-transformer serve ARGV`."""
+    return run_command(run, build_parser(), argv)

@@ -1,0 +1,539 @@
+"""The translation server (`vanilla-transformer serve`) over real HTTP on 127.0.0.1: LibreTranslate's API and
+the native one, the limits and error codes, API keys, batching across requests, a full queue, clients that
+go away, graceful shutdown on SIGTERM, and the curl examples of docs/serve.md.
+
+Every translation the server gives is checked against the same text translated alone by the library
+(`Translator.translate_n_best`), with a small model trained to reverse sequences of words, so that answers
+mixed up between requests would show.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, free_port
+from test_export import train_reverse_model
+
+pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
+httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
+uvicorn = pytest.importorskip("uvicorn", reason="not installed (pip install -e '.[serve]')")
+
+from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
+from hf_vanilla_transformer.serving import ServerSettings, create_app  # noqa: E402
+
+KEY = "test-key-1"
+SENTENCES = ["w1 w2 w3", "w4 w5 w6 w7", "w8 w9", "w10 w11 w12 w13 w14", "w15 w0 w3", "w2 w2 w7 w9", "w6"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model trained to reverse sequences of the words w0-w15, with the paper's beam search (4)."""
+    return train_reverse_model(tmp_path_factory.mktemp("serve-model"), "paper")
+
+
+@pytest.fixture(scope="module")
+def translator(model_dir: Path) -> Translator:
+    return load_translator(model_dir)
+
+
+def alone(translator: Translator, text: str, n_best: int = 1, **options) -> list:
+    """The hypotheses of `text` translated by itself, with the library."""
+    return translator.translate_n_best([text], n_best=n_best, progress=False, **options)[0].hypotheses
+
+
+def wait_until_up(url: str, process: subprocess.Popen | None = None, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the server exited: {process.stderr.read()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not come up")
+
+
+def start_command(model_dir: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    """`vanilla-transformer serve --model MODEL ARGS` on a free port of 127.0.0.1, once it answers."""
+    port = free_port()
+    command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", str(model_dir)]
+    command += ["--source-lang", "en", "--target-lang", "de", "--port", str(port), *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    wait_until_up(url, process)
+    return process, url
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The command's server with API keys and small limits; its URL."""
+    keys = tmp_path_factory.mktemp("keys") / "keys.txt"
+    keys.write_text(f"# the test's keys\n{KEY}\n\nanother-key\n", encoding="utf-8")
+    process, url = start_command(
+        model_dir, "--api-keys", str(keys), "--max-characters", "200", "--max-segments", "4"
+    )
+    yield url
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+
+
+def post(url: str, path: str, body: dict | str | bytes, key: str | None = KEY, **kwargs) -> httpx.Response:
+    headers = {"X-API-Key": key} if key else {}
+    if isinstance(body, dict):
+        return httpx.post(f"{url}{path}", json=body, headers=headers, timeout=60, **kwargs)
+    return httpx.post(f"{url}{path}", content=body, headers=headers, timeout=60, **kwargs)
+
+
+class GatedTranslator(Translator):
+    """A translator whose batches wait for `gate` to open: a batch that takes as long as a test needs."""
+
+    gate: threading.Event
+    started: threading.Event
+
+    def translate_n_best(self, sentences, **options):
+        self.started.set()
+        self.gate.wait(60)
+        return super().translate_n_best(sentences, **options)
+
+
+class InProcessServer:
+    """`create_app` served by uvicorn in a thread of this process, on a free port of 127.0.0.1."""
+
+    def __init__(self, translator: Translator, settings: ServerSettings):
+        self.translator = GatedTranslator(
+            translator.model, translator.tokenizer, translator.target_tokenizer, translator.engine
+        )
+        self.translator.gate, self.translator.started = threading.Event(), threading.Event()
+        self.translator.gate.set()
+        self.app = create_app(self.translator, settings)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "InProcessServer":
+        self.thread.start()
+        wait_until_up(self.url)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.translator.gate.set()
+        self.server.should_exit = True
+        self.thread.join(60)
+
+    def close_gate(self) -> None:
+        self.translator.started.clear()
+        self.translator.gate.clear()
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/v1/stats", timeout=10).json()
+
+
+def in_process(translator: Translator, **settings) -> InProcessServer:
+    return InProcessServer(translator, ServerSettings("en", "de", **settings))
+
+
+def wait_for(condition, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+# LibreTranslate's API
+
+
+def test_libretranslate_api_translates_one_text_and_a_list(server: str, translator: Translator) -> None:
+    response = post(server, "/translate", {"q": "w1 w2 w3", "source": "en", "target": "de"})
+    assert response.status_code == 200
+    assert response.json() == {"translatedText": alone(translator, "w1 w2 w3")[0].text, "alternatives": []}
+    response = post(server, "/translate", {"q": SENTENCES[:3], "source": "auto", "target": "de"})
+    assert response.json()["translatedText"] == [alone(translator, text)[0].text for text in SENTENCES[:3]]
+
+
+def test_libretranslate_alternatives_are_the_beams_next_best(server: str, translator: Translator) -> None:
+    response = post(
+        server, "/translate", {"q": "w4 w5 w6 w7", "source": "en", "target": "de", "alternatives": 3}
+    )
+    hypotheses = alone(translator, "w4 w5 w6 w7", n_best=4)
+    assert response.json() == {
+        "translatedText": hypotheses[0].text,
+        "alternatives": [h.text for h in hypotheses[1:]],
+    }
+
+
+def test_libretranslate_form_fields_and_api_key_field(server: str, translator: Translator) -> None:
+    """LibreTranslate's own Python client posts form fields, with the key as the api_key field."""
+    form = {"q": "w8 w9", "source": "en", "target": "de", "api_key": KEY}
+    response = httpx.post(f"{server}/translate", data=form, timeout=60)
+    assert response.status_code == 200, response.text
+    assert response.json()["translatedText"] == alone(translator, "w8 w9")[0].text
+
+
+def test_languages_and_health(server: str) -> None:
+    languages = httpx.get(f"{server}/languages", timeout=10).json()
+    assert {"code": "en", "name": "en", "targets": ["de"]} in languages
+    assert httpx.get(f"{server}/health", timeout=10).json()["status"] == "ok"
+    docs = httpx.get(f"{server}/openapi.json", timeout=10).json()
+    assert {"/translate", "/v1/translate", "/health", "/languages"} <= set(docs["paths"])
+    assert httpx.get(f"{server}/docs", timeout=10).status_code == 200
+
+
+# The native API
+
+
+def test_native_api_gives_scores_alignments_and_attention(server: str, translator: Translator) -> None:
+    body = {"q": ["w1 w2 w3", ""], "n_best": 2, "alignments": True, "attention": True}
+    results = post(server, "/v1/translate", body).json()["results"]
+    expected = alone(translator, "w1 w2 w3", n_best=2, alignments=True)
+    shown = results[0]["translations"]
+    assert [h["text"] for h in shown] == [h.text for h in expected]
+    assert [h["alignment"] for h in shown] == [h.alignment for h in expected]
+    assert shown[0]["score"] == pytest.approx(expected[0].score, abs=1e-4)
+    assert shown[0]["log_prob"] == pytest.approx(expected[0].log_prob, abs=1e-4)
+    attention = shown[0]["attention"]
+    assert attention["source_words"] == ["w1", "w2", "w3"]
+    assert len(attention["weights"]) == len(attention["target_words"]) == len(expected[0].text.split())
+    assert all(sum(row) == pytest.approx(1, abs=1e-4) for row in attention["weights"])
+    assert results[1]["translations"][0]["text"] == ""
+
+
+def test_native_api_splits_sentences(server: str, translator: Translator) -> None:
+    text = "w1 w2 w3. w4 w5."
+    body = {"q": text, "split_sentences": True}
+    shown = post(server, "/v1/translate", body).json()["results"][0]["translations"]
+    expected = translator.translate_n_best([text], split_sentences=True, progress=False)[0]
+    assert [h["text"] for h in shown] == [expected.text]
+    assert shown[0]["text"] != alone(translator, text)[0].text  # each sentence by itself, then joined
+
+
+# Limits and errors
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "limit", "value"),
+    [
+        ({"q": ["w1"] * 5, "source": "en", "target": "de"}, 413, "max_segments", 4),
+        ({"q": "w1 " * 70, "source": "en", "target": "de"}, 413, "max_characters", 200),
+        ({"q": "w1", "source": "en", "target": "de", "alternatives": 4}, 400, "max_alternatives", 3),
+        ({"q": "w1", "source": "en", "target": "de", "alternatives": 10**30}, 400, "max_alternatives", 3),
+    ],
+)
+def test_requests_over_a_limit_name_it(server: str, body: dict, status: int, limit: str, value: int) -> None:
+    response = post(server, "/translate", body)
+    assert response.status_code == status
+    assert response.json()["limit"] == limit and response.json()["value"] == value
+    assert str(value) in response.json()["error"]
+
+
+def test_a_body_over_the_size_limit_is_refused_before_it_is_read(server: str) -> None:
+    response = post(server, "/v1/translate", b'{"q": "' + b"w" * 10**6 + b'"}')
+    assert response.status_code == 413
+    assert response.json()["limit"] == "max_body_bytes"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b"\xff\xfe",
+        b"[" * 5000,  # nested deeper than the JSON parser goes
+        b'{"q": 5}',
+        b'{"q": ["w1", 2]}',
+        b'{"q": "w1", "n_best": "two"}',
+        b'{"q": "w1", "n_best": 0}',
+        b'{"q": "w1", "n_best": 1.5}',
+        b'{"q": "\\ud800"}',
+        b'{"n_best": 1}',
+        b'{"q": "w1", "model": "/etc/passwd"}',
+        b'{"q": "w1", "model_path": "../../runs"}',
+    ],
+)
+def test_invalid_json_and_wrong_types_are_422_with_a_json_error(server: str, body: bytes) -> None:
+    response = post(server, "/v1/translate", body)
+    assert response.status_code == 422
+    assert response.json()["error"]
+
+
+def test_libretranslate_ignores_fields_it_does_not_know_and_no_field_names_a_file(
+    server: str, translator: Translator
+) -> None:
+    body = {"q": "w8 w9", "source": "en", "target": "de", "model": "/etc/passwd", "path": "/"}
+    assert post(server, "/translate", body).json()["translatedText"] == alone(translator, "w8 w9")[0].text
+    paths = httpx.get(f"{server}/openapi.json", timeout=10).json()["paths"]
+    fields = {
+        field
+        for route in ("/translate", "/v1/translate")
+        for content in paths[route]["post"]["requestBody"]["content"].values()
+        for field in content["schema"]["properties"]
+    }
+    assert fields == {"q", "source", "target", "format", "alternatives", "api_key", "n_best", "alignments",
+                      "attention", "split_sentences"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"q": "w1", "source": "fr", "target": "de"}, "translates en to de"),
+        ({"q": "w1", "source": "en", "target": "en"}, "translates en to de"),
+        ({"q": "w1", "source": "en", "target": "de", "format": "html"}, "format"),
+    ],
+)
+def test_a_language_pair_or_format_the_server_lacks_is_refused(server: str, body: dict, message: str) -> None:
+    response = post(server, "/translate", body)
+    assert response.status_code in (400, 422)
+    assert message in response.json()["error"]
+
+
+def test_split_sentences_with_several_hypotheses_is_400(server: str) -> None:
+    response = post(server, "/v1/translate", {"q": "w1. w2.", "n_best": 2, "split_sentences": True})
+    assert response.status_code == 400 and "n_best 1" in response.json()["error"]
+
+
+def test_api_keys_401_when_missing_403_when_wrong(server: str) -> None:
+    body = {"q": "w1", "source": "en", "target": "de"}
+    assert post(server, "/translate", body, key=None).status_code == 401
+    assert post(server, "/translate", body, key="wrong").status_code == 403
+    assert post(server, "/translate", {**body, "api_key": "wrong"}, key=None).status_code == 403
+    bearer = {"Authorization": "Bearer another-key"}
+    assert httpx.post(f"{server}/translate", json=body, headers=bearer, timeout=60).status_code == 200
+    assert httpx.get(f"{server}/health", timeout=10).status_code == 200  # no key needed to ask if it runs
+
+
+def test_the_server_listens_on_loopback_only_by_default(model_dir: Path) -> None:
+    from hf_vanilla_transformer.commands import serve
+
+    assert serve.build_parser().parse_args(["--model", str(model_dir)]).host == "127.0.0.1"
+
+
+def test_command_refusals_are_one_line(model_dir: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        free = str(free_port())
+        cases = [
+            (["--model", str(model_dir), "--port", str(port)], "in use"),
+            (["--model", str(model_dir), "--port", free], "--source-lang and --target-lang"),
+            (
+                ["--model", str(model_dir), "--port", free, "--api-keys", str(tmp_path / "none.txt")],
+                "none.txt",
+            ),
+        ]
+        for args, message in cases:
+            result = subprocess.run(
+                [sys.executable, "-m", "hf_vanilla_transformer", "serve", *args],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+# Batching across requests
+
+
+def test_concurrent_requests_are_batched_together_and_each_gets_its_own_answer(
+    translator: Translator,
+) -> None:
+    with in_process(translator, max_wait_ms=50) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(len(SENTENCES) + 1) as pool:
+            first = pool.submit(post, server.url, "/translate", {"q": "w0", "source": "en", "target": "de"})
+            assert server.translator.started.wait(30)  # a batch decodes (held at the gate) ...
+            answers = [  # ... while these arrive, and wait for the next batch
+                pool.submit(post, server.url, "/translate", {"q": text, "source": "en", "target": "de"})
+                for text in SENTENCES
+            ]
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == len(SENTENCES))
+            server.translator.gate.set()
+            texts = [answer.result().json()["translatedText"] for answer in answers]
+        assert first.result().json()["translatedText"] == alone(translator, "w0")[0].text
+        assert texts == [alone(translator, text)[0].text for text in SENTENCES]
+        stats = server.stats()
+        assert stats["max_requests_in_batch"] == len(SENTENCES)
+        assert [batch["requests"] for batch in stats["recent_batches"]] == [1, len(SENTENCES)]
+
+
+def test_a_batch_mixing_alternatives_and_alignments_slices_each_answer(translator: Translator) -> None:
+    """One batch decodes with the most hypotheses any request asks for; each gets what it asked for."""
+    requests = [
+        {"q": "w1 w2 w3", "n_best": 1},
+        {"q": "w1 w2 w3", "n_best": 3, "alignments": True},
+        {"q": ["w4 w5", "w6 w7 w8"], "n_best": 2},
+    ]
+    with in_process(translator, max_wait_ms=50) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(post, server.url, "/v1/translate", {"q": "w0"})
+            assert server.translator.started.wait(30)
+            answers = [pool.submit(post, server.url, "/v1/translate", body) for body in requests]
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == len(requests))
+            server.translator.gate.set()
+            results = [answer.result().json()["results"] for answer in answers]
+            first.result()
+        assert server.stats()["max_requests_in_batch"] == len(requests)
+    for body, result in zip(requests, results):
+        texts = [body["q"]] if isinstance(body["q"], str) else body["q"]
+        for text, shown in zip(texts, result, strict=True):
+            expected = alone(translator, text, n_best=body["n_best"], alignments=True)
+            assert [h["text"] for h in shown["translations"]] == [h.text for h in expected]
+            aligned = [h.get("alignment") for h in shown["translations"]]
+            assert aligned == (
+                [h.alignment for h in expected] if body.get("alignments") else [None] * len(expected)
+            )
+
+
+def test_batches_keep_to_the_token_budget(translator: Translator) -> None:
+    lengths = {text: len(translator.tokenizer(text)["input_ids"]) for text in SENTENCES}
+    budget = 2 * max(lengths.values())  # two of the longest
+    with in_process(translator, max_wait_ms=50, max_batch_tokens=budget) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(len(SENTENCES) + 1) as pool:
+            pool.submit(post, server.url, "/translate", {"q": "w0", "source": "en", "target": "de"})
+            assert server.translator.started.wait(30)
+            answers = [
+                pool.submit(post, server.url, "/translate", {"q": text, "source": "en", "target": "de"})
+                for text in SENTENCES
+            ]
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == len(SENTENCES))
+            server.translator.gate.set()
+            texts = [answer.result().json()["translatedText"] for answer in answers]
+        assert texts == [alone(translator, text)[0].text for text in SENTENCES]
+        batches = server.stats()["recent_batches"]
+    assert all(batch["padded_tokens"] <= budget for batch in batches[1:])
+    assert sum(batch["requests"] for batch in batches[1:]) == len(SENTENCES) and len(batches) > 2
+
+
+def test_without_batching_each_request_is_its_own_batch(translator: Translator) -> None:
+    with in_process(translator, batching=False) as server:
+        with ThreadPoolExecutor(4) as pool:
+            bodies = [{"q": text, "source": "en", "target": "de"} for text in SENTENCES]
+            texts = [
+                r.json()["translatedText"]
+                for r in pool.map(lambda b: post(server.url, "/translate", b), bodies)
+            ]
+        assert texts == [alone(translator, text)[0].text for text in SENTENCES]
+        assert server.stats()["max_requests_in_batch"] == 1
+
+
+def test_health_answers_during_a_long_batch_and_a_full_queue_is_503(translator: Translator) -> None:
+    body = {"q": "w1 w2", "source": "en", "target": "de"}
+    with in_process(translator, max_queue=2, max_wait_ms=0) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(4) as pool:
+            decoding = pool.submit(post, server.url, "/translate", body)
+            assert server.translator.started.wait(30)
+            health = httpx.get(f"{server.url}/health", timeout=5)
+            assert health.status_code == 200 and health.json()["decoding"] == 1
+            queued = [pool.submit(post, server.url, "/translate", body) for _ in range(2)]
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
+            refused = post(server.url, "/translate", body)
+            assert refused.status_code == 503
+            assert int(refused.headers["Retry-After"]) >= 1 and "queue" in refused.json()["error"]
+            server.translator.gate.set()
+            expected = alone(translator, "w1 w2")[0].text
+            assert [r.result().json()["translatedText"] for r in [decoding, *queued]] == [expected] * 3
+        assert post(server.url, "/translate", body).status_code == 200  # the queue drained
+
+
+def open_request(url: str, body: dict) -> socket.socket:
+    """A request sent on a raw connection whose answer is never read: close it to hang up."""
+    host, port = url.removeprefix("http://").split(":")
+    payload = json.dumps(body).encode()
+    connection = socket.create_connection((host, int(port)))
+    head = f"POST /translate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    connection.sendall(f"{head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    return connection
+
+
+def test_clients_that_go_away_cost_the_others_nothing(translator: Translator) -> None:
+    def body(text: str) -> dict:
+        return {"q": text, "source": "en", "target": "de"}
+
+    with in_process(translator, max_wait_ms=500) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(2) as pool:
+            # One batch: a request that stays and one whose client hangs up while the batch decodes.
+            staying = pool.submit(post, server.url, "/translate", body("w3 w4"))
+            leaving = open_request(server.url, body("w5 w6"))
+            assert server.translator.started.wait(30)
+            leaving.close()
+            # A request whose client hangs up while it waits for the next batch is dropped unseen.
+            waiting = open_request(server.url, body("w7 w8"))
+            after = pool.submit(post, server.url, "/translate", body("w9 w10"))
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
+            waiting.close()
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 1)
+            server.translator.gate.set()
+            assert staying.result().json()["translatedText"] == alone(translator, "w3 w4")[0].text
+            assert after.result().json()["translatedText"] == alone(translator, "w9 w10")[0].text
+        stats = server.stats()
+    assert [batch["requests"] for batch in stats["recent_batches"]] == [2, 1]
+    assert stats["dropped_requests"] == 1 and stats["failed_batches"] == 0
+
+
+# Graceful shutdown
+
+
+def test_sigterm_answers_the_request_in_flight_then_stops(model_dir: Path, translator: Translator) -> None:
+    # A batch waits 3 s for company: the request is in flight when SIGTERM comes.
+    process, url = start_command(model_dir, "--max-wait-ms", "3000")
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(
+            post, url, "/translate", {"q": SENTENCES[1], "source": "en", "target": "de"}, None
+        )
+        wait_for(lambda: httpx.get(f"{url}/health").json()["queued"] == 1)
+        process.send_signal(signal.SIGTERM)
+        response = answer.result()
+    _, stderr = process.communicate(timeout=60)
+    # uvicorn stops, then ends the process by the signal it got, as the signal's default would.
+    assert process.returncode in (0, -signal.SIGTERM), stderr
+    assert "Application shutdown complete" in stderr
+    assert response.status_code == 200
+    assert response.json()["translatedText"] == alone(translator, SENTENCES[1])[0].text
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{url}/health", timeout=5)
+
+
+# The curl examples of docs/serve.md
+
+
+def documented_curl_commands() -> list[str]:
+    """The curl commands in the shell blocks of docs/serve.md."""
+    commands, language = [], None
+    for line in (REPO_ROOT / "docs" / "serve.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            language = None if language is not None else line[3:].strip() or "text"
+        elif language == "bash" and line.startswith("curl "):
+            commands.append(line)
+    return commands
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="no curl on this machine")
+def test_the_documented_curl_examples_work(translator: Translator) -> None:
+    commands = documented_curl_commands()
+    assert len(commands) >= 4
+    with in_process(translator) as server:
+        for command in commands:
+            command = command.replace("http://127.0.0.1:8000", server.url)
+            result = subprocess.run(
+                ["bash", "-c", command], capture_output=True, text=True, timeout=120, env=os.environ
+            )
+            assert result.returncode == 0, (command, result.stderr)
+            answer = json.loads(result.stdout)
+            assert answer and "error" not in answer, (command, result.stdout)

@@ -1,0 +1,126 @@
+"""The server's page in a real browser: headless Chromium, driven by Selenium through chromedriver, types a
+sentence, waits for its translation, and checks the text (against the library translating it alone), the
+n best with their scores, and the attention heatmap (one row per target word, one column per source word),
+then takes a screenshot and checks that the heatmap is drawn in it.
+
+Skipped where Chromium or chromedriver is missing (Debian: apt-get install chromium chromium-driver).
+"""
+
+import io
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
+webdriver = pytest.importorskip("selenium.webdriver", reason="not installed (pip install -e '.[test]')")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="no chromium and chromedriver here (Debian: apt-get install chromium chromium-driver)",
+)
+
+from PIL import Image  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+from test_export import train_reverse_model  # noqa: E402
+from test_serve import alone, in_process  # noqa: E402
+
+from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
+
+WIDTH, HEIGHT = 1100, 900
+TEXT = "w1 w2 w3 w4 w5"
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory: pytest.TempPathFactory) -> Translator:
+    """The tiny model of test_serve.py, trained to reverse sequences of the words w0-w15."""
+    return load_translator(train_reverse_model(tmp_path_factory.mktemp("serve-model"), "paper"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(argument)
+    options.add_argument(f"--window-size={WIDTH},{HEIGHT}")
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def shown_translation(driver, text: str) -> str:
+    """Wait until the page shows the translation of `text`; the translation it shows."""
+    WebDriverWait(driver, 60).until(
+        lambda d: (
+            d.execute_script("return document.body.dataset.state") in ("done", "error")
+            and d.execute_script("return document.body.dataset.translated") == text
+        )
+    )
+    assert driver.execute_script("return document.body.dataset.state") == "done", driver.find_element(
+        By.ID, "status"
+    ).text
+    return driver.find_element(By.ID, "translation").text
+
+
+def test_the_page_translates_as_you_type_and_draws_the_attention(browser, translator, tmp_path: Path) -> None:
+    with in_process(translator) as server:
+        browser.get(f"{server.url}/")
+        WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "pair").text)
+        assert browser.find_element(By.ID, "pair").text.startswith("en → de")
+        source = browser.find_element(By.ID, "source")
+        source.send_keys(TEXT)
+        expected = alone(translator, TEXT, alignments=True)[0]
+        assert shown_translation(browser, TEXT) == expected.text
+
+        rows = browser.find_elements(By.CSS_SELECTOR, "#heatmap tbody tr")
+        assert [row.find_element(By.TAG_NAME, "th").text for row in rows] == expected.text.split()
+        assert all(len(row.find_elements(By.TAG_NAME, "td")) == len(TEXT.split()) for row in rows)
+        columns = browser.find_elements(By.CSS_SELECTOR, "#heatmap thead th")
+        assert [column.text for column in columns[1:]] == TEXT.split()
+
+        screenshot = tmp_path / "serve_page.png"
+        assert browser.save_screenshot(str(screenshot))
+        image = Image.open(screenshot)
+        ratio = browser.execute_script("return window.devicePixelRatio")
+        viewport = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+        assert image.format == "PNG" and image.size == (
+            round(viewport[0] * ratio),
+            round(viewport[1] * ratio),
+        )
+        # The heatmap's cells are shades of blue on a white page: count the blue pixels in its area.
+        heatmap = Image.open(io.BytesIO(browser.find_element(By.ID, "heatmap").screenshot_as_png)).convert(
+            "RGB"
+        )
+        r, g, b = np.asarray(heatmap, dtype=int).transpose(2, 0, 1)
+        assert ((b > r + 40) & (b > g + 20)).mean() > 0.1
+
+        # Two alternatives: the n best listed with their scores, the first the translation shown.
+        Select(browser.find_element(By.ID, "alternatives")).select_by_value("2")
+        WebDriverWait(browser, 30).until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#hypotheses li")) == 3
+        )
+        items = browser.find_elements(By.CSS_SELECTOR, "#hypotheses li")
+        hypotheses = alone(translator, TEXT, n_best=3)
+        assert [item.text.split("score")[0].strip() for item in items] == [h.text for h in hypotheses]
+        assert f"score {hypotheses[0].score:.3f}" in items[0].text
+
+
+def test_the_page_shows_a_refusal_as_its_error(browser, translator) -> None:
+    with in_process(translator) as server:
+        browser.get(f"{server.url}/")
+        WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "pair").text)
+        browser.execute_script("document.getElementById('source').removeAttribute('maxlength')")
+        text = "w1 " * 2000  # over the 5000 characters a request may hold
+        browser.execute_script(
+            "const s = document.getElementById('source'); s.value = arguments[0];"
+            "s.dispatchEvent(new Event('input'));",
+            text,
+        )
+        WebDriverWait(browser, 30).until(
+            lambda d: d.execute_script("return document.body.dataset.state") == "error"
+        )
+        assert "5000" in browser.find_element(By.ID, "status").text
