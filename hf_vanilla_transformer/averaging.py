@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .model_location import MODEL_DESCRIPTION_FILES, remove_model_descriptions
@@ -78,8 +78,20 @@ def _weight_map(checkpoint: Path) -> dict[str, Path]:
             f"{checkpoint} has neither {WEIGHTS_NAME} nor {WEIGHTS_INDEX_NAME}. Only safetensors checkpoints "
             "can be averaged; re-save the model with save_pretrained()."
         )
-    with safe_open(weights_file, framework="pt") as handle:
+    with _open_weights(weights_file) as handle:
         return dict.fromkeys(handle.keys(), weights_file)
+
+
+def _open_weights(path: Path) -> Any:
+    """`safe_open` on a checkpoint's weights file; a one-line ValueError naming the file where it is
+    damaged (cut short by a full disk or an interrupted copy, say), which safetensors reports on opening."""
+    try:
+        return safe_open(path, framework="pt")
+    except SafetensorError as error:
+        raise ValueError(
+            f"{path} is damaged ({str(error).strip()}): copy or save that checkpoint again, or leave it out "
+            "(average the others with --checkpoints)."
+        ) from None
 
 
 def _check_same_layout(
@@ -177,7 +189,7 @@ def average_checkpoints(
     weight_maps = [_weight_map(checkpoint) for checkpoint in checkpoints]
     with ExitStack() as stack:
         handles = {
-            path: stack.enter_context(safe_open(path, framework="pt"))
+            path: stack.enter_context(_open_weights(path))
             for weight_map in weight_maps
             for path in set(weight_map.values())
         }

@@ -32,6 +32,10 @@ MODEL_DESCRIPTION_FILES = (RESULTS_FILE, TRAINER_STATE_FILE, EXPORT_INFO_FILE)
 GENERATION_CONFIG_FILE = "generation_config.json"
 # What loading a model or tokenizer reads from its folder: the configs and tokenizer files, and the weights.
 LOADED_FILE_PATTERNS = ("*.json", "*.safetensors")
+# What a fast tokenizer loads from its folder: its vocabulary and pipeline, and its class and special tokens.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# Where a model with separate vocabularies keeps its target tokenizer (`translation_pipeline` reads it).
+_TARGET_TOKENIZER_DIR = "target_tokenizer"
 
 
 def read_json_object(path: Path, fix: str) -> dict[str, Any]:
@@ -122,11 +126,31 @@ def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
         raise ValueError(f"{name}: no such folder. Give {saved_by} or a Hub id.") from None
 
 
+def _missing_tokenizer_files(name: str, error: Exception) -> ValueError | None:
+    """The one-line error for a tokenizer that failed to load (`error`, raised in transformers' tokenizer
+    code) from a folder that lacks one of `TOKENIZER_FILES`, the model's folder or its target tokenizer's;
+    None where the failure has another cause. transformers says only that it could not instantiate the
+    tokenizer "from one of" an empty list."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not any("tokeniz" in Path(frame.filename).name for frame in frames):
+        return None
+    for folder in (Path(name), Path(name) / _TARGET_TOKENIZER_DIR):
+        missing = [file for file in TOKENIZER_FILES if not (folder / file).is_file()]
+        if folder.is_dir() and missing:
+            return ValueError(
+                f"{folder} has no {' and no '.join(missing)}, which its tokenizer loads from: copy "
+                f"{'it' if len(missing) == 1 else 'them'} from the folder where the model was trained or "
+                f"converted, or save the tokenizer there (tokenizer.save_pretrained('{folder}'))."
+            )
+    return None
+
+
 @contextmanager
 def loading(name_or_path: str | Path, *, model: bool = True) -> Iterator[None]:
     """Check the location (`check_location`), then load inside the block: an OSError or ValueError that
-    transformers or huggingface_hub raise there becomes a one-line ValueError naming the location. This
-    package's own ValueErrors (an unusable tokenizer, say) pass through as they are."""
+    transformers or huggingface_hub raise there becomes a one-line ValueError naming the location (and,
+    for a tokenizer that cannot load from a folder lacking its files, the file missing). This package's own
+    ValueErrors (an unusable tokenizer, say) pass through as they are."""
     check_location(name_or_path, model=model)
     name = str(name_or_path)
     try:
@@ -135,6 +159,8 @@ def loading(name_or_path: str | Path, *, model: bool = True) -> Iterator[None]:
         origin = Path(traceback.extract_tb(error.__traceback__)[-1].filename).resolve()
         if isinstance(error, ValueError) and origin.is_relative_to(_PACKAGE_DIR):
             raise
+        if Path(name).is_dir() and (missing := _missing_tokenizer_files(name, error)) is not None:
+            raise missing from error
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         if Path(name).exists():
             raise ValueError(f"Cannot load {name} ({reason}).") from error

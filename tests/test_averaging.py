@@ -11,6 +11,7 @@ from transformers import MarianConfig, MarianMTModel
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
+from hf_vanilla_transformer.commands import main as command_main
 from hf_vanilla_transformer.model_location import MODEL_DESCRIPTION_FILES
 
 MARIAN = dict(
@@ -217,3 +218,23 @@ def test_a_folder_holding_a_model_is_kept_unless_overwritten_and_then_holds_the_
     loaded = MarianMTModel.from_pretrained(earlier).state_dict()
     for name, tensor in expected_mean(checkpoints).items():
         torch.testing.assert_close(loaded[name], tensor)
+
+
+def test_a_checkpoint_whose_weights_are_cut_short_is_refused_in_one_line(tmp_path, capsys):
+    """A weights file cut to half its bytes (a full disk, an interrupted copy) is named, in the library and
+    as `vanilla-transformer average`'s one-line error, and nothing is written."""
+    good, damaged = (write_checkpoint(tmp_path / name, {"w": torch.ones(64)}) for name in ("good", "damaged"))
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(
+        ValueError, match=f"^{weights} is damaged \\(.*\\): copy or save that checkpoint again"
+    ):
+        average_checkpoints([good, damaged], tmp_path / "avg")
+    assert not (tmp_path / "avg").exists()
+
+    with pytest.raises(SystemExit) as exit_info:
+        command_main(["average", "--checkpoints", str(good), str(damaged), "--output", str(tmp_path / "avg")])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"vanilla-transformer average: error: {weights} is damaged"), error
+    assert len(error.splitlines()) == 1 and "leave it out" in error

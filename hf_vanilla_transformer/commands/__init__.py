@@ -22,6 +22,7 @@ COMMANDS = {
     "train": ("train", "train a model the way the paper did (Section 5)"),
     "translate": ("translate", "translate text, one sentence a line, on torch, CTranslate2 or ONNX Runtime"),
     "evaluate": ("evaluate", "score translations with sacreBLEU or the paper's tokenized BLEU"),
+    "score": ("score", "give each translation's log-probability under the model (forced decoding)"),
     "tune": ("tune", "choose the length penalty on a dev set, as the paper did (Section 6.1)"),
     "average": ("average", "average the parameters of a run's last checkpoints (Section 6.1)"),
     "convert": ("convert", "convert a Marian (opus-mt) or fairseq checkpoint into this package's format"),

@@ -1,0 +1,138 @@
+"""Score given translations: the log-probability the model gives each target line as the translation of
+the source line beside it (forced decoding, the end token included), on torch, CTranslate2 or ONNX Runtime.
+
+    vanilla-transformer score --model runs/demo/model --source test.en --target test.hyp.de
+    vanilla-transformer score --model runs/demo/ct2 --source test.en --target test.de --output-format jsonl
+
+Text output: one line a pair, its total log-probability (natural log) and its mean per target token, `</s>`
+counted, separated by a tab. jsonl: one JSON object a pair, with `log_prob`, `tokens` (the target's subword
+tokens, `</s>` last) and `per_token` (the log-probability of each). Refused in one line: files of different
+line counts, text that is not UTF-8, a blank source or target line, and a pair longer than the model's
+positions.
+"""
+
+import argparse
+import json
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from .. import text_lines
+from ..cli import ArgumentParser, check_writable, positive_int, refusals_in_one_line, run_command
+from ..engines import ENGINES, detect_engine, get_engine, load_translator
+from ..scoring import PairScore, check_pairs, score_pairs
+
+STANDARD_STREAM = "-"
+DEVICES = ("auto", "cpu", "cuda")
+OUTPUT_FORMATS = ("text", "jsonl")
+
+
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--model", required=True, help="model folder, Hub id or exported folder")
+    parser.add_argument("--source", required=True, help="source sentences, one a line")
+    parser.add_argument("--target", required=True, help="their translations, line for line with --source")
+    parser.add_argument(
+        "--output", default=STANDARD_STREAM, help="where to write the scores ('-': standard output)"
+    )
+    parser.add_argument(
+        "--output-format",
+        choices=OUTPUT_FORMATS,
+        default="text",
+        help="text: total and mean log-probability, tab-separated; jsonl: log_prob, tokens and per_token",
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="pairs scored at a time")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="torch, or the engine of a folder written by `vanilla-transformer export` (default: the "
+        "folder's)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where the model runs; auto: cuda when torch finds a GPU, else cpu (cpu for the exported "
+        "engines; a CTranslate2 export scores on the GPU with cuda, an ONNX one on the CPU only)",
+    )
+    return parser
+
+
+def _lines(path: str, flag: str, parser: ArgumentParser) -> list[str]:
+    """The lines of the text file `flag` names; a missing file, a folder, or text that is not UTF-8 (named
+    by its line) is the parser's one-line error."""
+    if Path(path).is_dir():
+        parser.error(f"{flag} {path} is a folder: give a text file with one sentence a line.")
+    if not Path(path).is_file():
+        parser.error(f"{flag} {path}: no such file; give a text file with one sentence a line.")
+    try:
+        return text_lines.read_lines(path)
+    except text_lines.NotUTF8Error as error:
+        parser.error(f"{flag} {error}")
+
+
+def _format(score: PairScore, output_format: str) -> str:
+    if output_format == "jsonl":
+        return json.dumps(score.to_dict(), ensure_ascii=False)
+    return f"{score.log_prob:.6f}\t{score.mean:.6f}"
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Write the score of every (`args.source`, `args.target`) line pair to `args.output`."""
+    if args.output != STANDARD_STREAM:
+        if Path(args.output).is_dir():
+            parser.error(f"--output {args.output} is a folder: give a file name for the scores.")
+        if not Path(args.output).resolve().parent.is_dir():
+            parser.error(f"--output {args.output}: its folder does not exist; create it first.")
+        check_writable(args.output, "--output", parser, kind="file")
+        for flag, path in (("--source", args.source), ("--target", args.target)):
+            if Path(args.output).resolve() == Path(path).resolve():
+                parser.error(
+                    f"--output {args.output} is also {flag}: the scores would replace it; give another file."
+                )
+    sources = _lines(args.source, "--source", parser)
+    targets = _lines(args.target, "--target", parser)
+    if len(sources) != len(targets):
+        parser.error(
+            f"--source {args.source} has {len(sources)} lines but --target {args.target} has {len(targets)}: "
+            "give line-aligned files, one pair a line."
+        )
+    with refusals_in_one_line(parser):  # a blank line, refused before the model loads
+        check_pairs(sources, targets)
+
+    with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
+        engine = get_engine(args.engine or detect_engine(args.model))
+    if args.device != "auto" and args.device not in engine.devices:
+        parser.error(
+            f"--device {args.device}: the {engine.name} engine runs on {engine.device_names()} here; leave "
+            "--device out."
+        )
+    with refusals_in_one_line(parser):
+        device = torch.device(engine.select_device(args.device))
+    try:
+        translator = load_translator(args.model, engine.name, device=str(device))
+    except ValueError as error:
+        parser.error(str(error))
+    with refusals_in_one_line(parser):  # a pair longer than the model's positions
+        scores = score_pairs(
+            translator.model,
+            translator.tokenizer,
+            sources,
+            targets,
+            target_tokenizer=translator.target_tokenizer,
+            batch_size=args.batch_size,
+            progress=True,
+        )
+    with (
+        nullcontext(sys.stdout)
+        if args.output == STANDARD_STREAM
+        else open(args.output, "w", encoding="utf-8") as out
+    ):
+        out.writelines(_format(score, args.output_format) + "\n" for score in scores)
+
+
+def main(argv: list[str] | None = None) -> int | None:
+    """`vanilla-transformer score ARGV`."""
+    return run_command(run, build_parser(), argv)
