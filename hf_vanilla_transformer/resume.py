@@ -11,6 +11,7 @@ from typing import Any
 
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
+from transformers import TrainerCallback
 from transformers.utils import logging
 
 from .averaging import last_checkpoints
@@ -228,3 +229,32 @@ def write_run_record(output_dir: Path, name: str, record: dict[str, Any], state:
     if state.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+class LossLoggedAtCheckpoints(TrainerCallback):
+    """Logs the training loss at every step that saves a checkpoint or evaluates (which may save one), not
+    only every `logging_steps`: each checkpoint's log history then holds the loss of every step before it,
+    so that a run resumed from it reports its whole mean loss (`whole_run_loss`)."""
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if control.should_save or control.should_evaluate:
+            control.should_log = True
+
+
+def whole_run_loss(
+    log_history: list[dict[str, Any]], segment_loss: float, first_step: int, last_step: int
+) -> float:
+    """The mean training loss over every step of a resumed run.
+
+    `segment_loss` is the Trainer's own `train_loss`, the mean over the steps this segment trained (after
+    `first_step`, the step resumed from, up to `last_step`); the steps before come from the `loss` entries
+    of the log history up to `first_step`, each the mean over the steps since the entry before, so each is
+    weighted by those steps. Steps before `first_step` that no entry covers (a checkpoint saved between two
+    logs, without `LossLoggedAtCheckpoints`) have no known loss and are left out of the mean."""
+    earlier_sum, covered = 0.0, 0
+    for entry in log_history:
+        if "loss" in entry and covered < entry["step"] <= first_step:
+            earlier_sum += entry["loss"] * (entry["step"] - covered)
+            covered = entry["step"]
+    segment_steps = last_step - first_step
+    return (earlier_sum + segment_loss * segment_steps) / max(covered + segment_steps, 1)

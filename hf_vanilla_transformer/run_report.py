@@ -87,12 +87,15 @@ def final_scores(
 
 def format_summary(results: dict[str, Any]) -> str:
     """The end-of-run summary box of a run's results: speed, dev and test scores, a few samples."""
+    loss = f"  |  train loss {results['train_loss']:.4f}" if results.get("train_loss") is not None else ""
     lines = [
         "",
         "=" * 72,
         f"steps {results['steps']}  |  {results['train_seconds']} s of training  |  "
-        f"{results['target_tokens_per_second']} target tokens/s",
+        f"{results['target_tokens_per_second']} target tokens/s{loss}",
     ]
+    if "early_stopping" in results:
+        lines.append(early_stopping_summary(results["early_stopping"], results["steps"]))
     dev = [f"dev loss {results['dev_loss']}"] if "dev_loss" in results else []
     dev += [f"dev BLEU {results['dev_bleu']:.2f}"] if "dev_bleu" in results else []
     if "dev_bleu_by_length_penalty" in results:
@@ -109,3 +112,18 @@ def format_summary(results: dict[str, Any]) -> str:
         ]
     lines += [f"model saved in {results['model_dir']}", "=" * 72]
     return "\n".join(lines)
+
+
+def early_stopping_summary(record: dict[str, Any], steps: int) -> str:
+    """One line on a run's early stopping (`early_stopping.early_stopping_record`): whether the patience ran
+    out, and which step's checkpoint, the best, is the final model."""
+    metric, patience = record["metric"], record["patience"]
+    if record["best_step"] is None:
+        return (
+            f"no dev evaluation to stop early on (patience {patience}): the final model is the last weights"
+        )
+    score = record["best_score"]
+    best = f"the final model is step {record['best_step']}'s checkpoint, the best {metric} {score:.4g}"
+    if record["stopped_early"]:
+        return f"stopped early at step {steps} ({patience} dev evaluations without a better {metric}): {best}"
+    return f"never {patience} dev evaluations in a row without a better {metric}: {best}"

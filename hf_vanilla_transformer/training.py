@@ -52,6 +52,7 @@ from .cli import non_negative_int, positive_int, random_seed
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
+from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
 from .evaluation import corpus_bleu
 from .generation_vanilla_transformer import paper_generation_config
 from .hardware import bf16_is_native, cpu_features
@@ -61,10 +62,12 @@ from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, Traini
 from .progress import DevLossCallback, TrainingClock, show_progress_lines, use_progress_bar
 from .resume import (
     RECIPE_FILE,
+    LossLoggedAtCheckpoints,
     check_same_model,
     check_same_recipe,
     find_resume_checkpoint,
     recipe_record,
+    whole_run_loss,
     write_run_record,
 )
 from .run_report import final_scores, format_summary
@@ -194,6 +197,13 @@ class TrainingSettings(RecipeOverrides):
         "dev BLEU (beam search, sacreBLEU) at every dev evaluation during training, not only at the end",
         group=EVALUATION,
     )
+    patience: int | None = setting(
+        None,
+        "stop once N dev evaluations in a row bring no better dev BLEU (with --eval-bleu; else dev loss), "
+        "and make the best evaluation's checkpoint the final model instead of an average",
+        check=positive_int,
+        group=EVALUATION,
+    )
 
     def __post_init__(self) -> None:
         """Resolve the dev and test sets, then refuse what no run could use: the checks with their own words
@@ -203,7 +213,7 @@ class TrainingSettings(RecipeOverrides):
         recipe = self.recipe()
         self.workers()
         self._check_model(recipe)
-        self._check_evaluation()
+        self._check_evaluation(recipe)
         check_settings(self)
         self._check_environment()
 
@@ -246,8 +256,19 @@ class TrainingSettings(RecipeOverrides):
         except (ValueError, TypeError) as error:
             raise ValueError(f"--model-override: {error}") from None
 
-    def _check_evaluation(self) -> None:
-        """Evaluation settings that need a dev set or a beam."""
+    def _check_evaluation(self, recipe: TrainingPreset) -> None:
+        """Evaluation settings that need a dev set, a beam, or checkpoints at dev evaluations."""
+        if self.patience is not None and self.dev is None:
+            raise ValueError(
+                "patience counts dev evaluations without a better score, but the run has none: pass --dev, "
+                "or leave out --patience."
+            )
+        if self.patience is not None and recipe.save_steps % recipe.eval_steps != 0:
+            raise ValueError(
+                f"patience keeps the best dev evaluation's checkpoint, so checkpoints must fall on dev "
+                f"evaluations, but --save-steps {recipe.save_steps} is not a multiple of --eval-steps "
+                f"{recipe.eval_steps}: give e.g. --eval-steps {recipe.save_steps}."
+            )
         if self.eval_bleu and self.dev is None:
             raise ValueError(
                 "eval_bleu scores the dev set during training, but the run has none: pass --dev."
@@ -378,6 +399,15 @@ class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
         for batch in batch_samples:
             self.clock.count_targets(batch["labels"])
         return batch_samples, num_items_in_batch
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Logs as the Trainer does, except that a resumed run's `train_loss` is the mean over the whole run
+        (`resume.whole_run_loss`), not over the steps since the resume only."""
+        if "train_loss" in logs and self._initial_global_step > 0:
+            logs["train_loss"] = whole_run_loss(
+                self.state.log_history, logs["train_loss"], self._initial_global_step, self.state.global_step
+            )
+        super().log(logs, start_time)
 
 
 def _mixed_precision(settings: TrainingSettings, recipe: TrainingPreset) -> str:
@@ -682,7 +712,9 @@ def _build_trainer(
         processing_class=tokenizer,
         optimizers=(optimizer, scheduler),
         compute_metrics=partial(_dev_bleu, tokenizer) if settings.eval_bleu else None,
-        callbacks=[DevLossCallback(), clock],
+        # After the clock, which may ask for a save: the loss is logged at every checkpoint.
+        callbacks=[DevLossCallback(), clock, LossLoggedAtCheckpoints()]
+        + ([DevEarlyStopping(settings.patience)] if settings.patience is not None else []),
         max_tokens=micro_batch_tokens,
         clock=clock,
     )
@@ -719,7 +751,15 @@ def _arguments(run: _Run, accumulation: int, has_dev: bool) -> Seq2SeqTrainingAr
         ddp_find_unused_parameters=False,
         predict_with_generate=settings.eval_bleu,
         generation_num_beams=settings.num_beams,
+        # Early stopping: the best dev evaluation's checkpoint is kept, and loaded when training ends.
+        load_best_model_at_end=settings.patience is not None,
+        metric_for_best_model=_best_metric(settings) if settings.patience is not None else None,
     )
+
+
+def _best_metric(settings: TrainingSettings) -> str:
+    """The dev score that early stopping watches: BLEU where the run scores it during training, else loss."""
+    return "bleu" if settings.eval_bleu else "loss"
 
 
 def _train(run: _Run, trainer: TokenBudgetSeq2SeqTrainer) -> None:
@@ -752,6 +792,10 @@ def _final_model(
     available = last_checkpoints(run.output_dir, k=None)
     averaged = available[-run.recipe.average_checkpoints :] if run.recipe.average_checkpoints > 1 else []
     averaged = averaged if len(averaged) > 1 else []
+    if run.settings.patience is not None:
+        # Early stopping: the Trainer loaded the best evaluation's checkpoint, which is the final model.
+        averaged = []
+        logger.info(f"Final model: the best dev evaluation's, {trainer.state.best_model_checkpoint}")
     if run.state.is_main_process:
         if averaged:
             average_checkpoints(averaged, final_dir, overwrite=True)
@@ -779,9 +823,13 @@ def _run_figures(
     """What results.json records of the run before its BLEU scores."""
     settings, clock = run.settings, trainer.clock
     train_seconds = clock.train_seconds
+    history = trainer.state.log_history
+    train_loss = next((entry["train_loss"] for entry in reversed(history) if "train_loss" in entry), None)
+    early_stopping = early_stopping_of(trainer)
     return {
         "preset": settings.preset,
         "steps": trainer.state.global_step,
+        "train_loss": train_loss,
         "train_pairs": len(trainer.train_dataset),
         "train_seconds": round(train_seconds, 1),
         "target_tokens_per_second": round(clock.target_tokens / train_seconds, 1)
@@ -791,6 +839,11 @@ def _run_figures(
         "mixed_precision": run.precision,
         "processes": run.state.num_processes,
         "averaged_checkpoints": [p.name for p in averaged],
+        **(
+            {"early_stopping": early_stopping_record(early_stopping, trainer.state, _best_metric(settings))}
+            if early_stopping is not None
+            else {}
+        ),
         "dataset": settings.train,
         "src_lang": settings.src_lang,
         "tgt_lang": settings.tgt_lang,

@@ -3,11 +3,13 @@ kill-and-resume equivalence; bad input."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -457,3 +459,85 @@ def test_tuning_refuses_runs_it_cannot_tune(corpus, tmp_path, overrides, message
     with pytest.raises(ValueError, match=message):  # refused as the settings are made
         run_training(settings(corpus, tmp_path, **values))
     assert not (tmp_path / "model").exists()
+
+
+def test_patience_stops_after_evaluations_without_a_better_dev_bleu_and_keeps_the_best(
+    corpus, tmp_path, monkeypatch, caplog
+):
+    """--eval-bleu --patience 3, as fairseq's --best-checkpoint-metric bleu --patience 3: a scripted dev BLEU
+    goes through the Trainer's real evaluation, early stopping and best-checkpoint path. The best score comes
+    at the second evaluation (step 4); three evaluations without a better one follow (a tie is no better),
+    so training stops at step 10 of 30, and the final model is checkpoint-4's weights, not an average."""
+    scripted = iter([10.0, 30.0, 20.0, 25.0, 30.0, 99.0])
+    monkeypatch.setattr(training, "_dev_bleu", lambda tokenizer, prediction: {"bleu": next(scripted)})
+    run = settings(
+        corpus, tmp_path, dev=str(corpus / "val"), max_steps=30, eval_steps=2, save_steps=4, eval_bleu=True,
+        patience=3, keep_checkpoints=2, average_checkpoints=2,
+    )  # fmt: skip
+    with caplog.at_level("INFO", logger="hf_vanilla_transformer"):
+        results = run_training(run)
+
+    assert results["steps"] == 10 and results["averaged_checkpoints"] == []
+    assert results["early_stopping"] == {
+        "metric": "dev BLEU", "patience": 3, "stopped_early": True, "best_step": 4, "best_score": 30.0,
+    }  # fmt: skip
+    history = json.loads((tmp_path / "checkpoint-8" / "trainer_state.json").read_text())["log_history"]
+    scores = [(entry["step"], entry["eval_bleu"]) for entry in history if "eval_bleu" in entry]
+    assert scores == [(2, 10.0), (4, 30.0), (6, 20.0), (8, 25.0)]
+    # Checkpoint rotation (2 kept) keeps the best one; the final model holds its weights, not the last ones.
+    best = load_file(tmp_path / "checkpoint-4" / "model.safetensors")
+    final = load_file(tmp_path / "model" / "model.safetensors")
+    assert final.keys() == best.keys()
+    for key in best:
+        torch.testing.assert_close(final[key], best[key], rtol=0, atol=0)
+    later = load_file(tmp_path / "checkpoint-8" / "model.safetensors")
+    assert any(not torch.equal(later[key], best[key]) for key in best)
+    saved = json.loads((tmp_path / "model" / "results.json").read_text())
+    assert saved["early_stopping"] == results["early_stopping"]
+    assert "stopped early at step 10 (3 dev evaluations without a better dev BLEU)" in caplog.text
+    assert "the final model is step 4's checkpoint, the best dev BLEU 30" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"patience": 2}, "patience counts dev evaluations.*pass --dev"),
+        ({"patience": 2, "dev": "val", "save_steps": 3, "eval_steps": 2}, "not a multiple of --eval-steps 2"),
+        ({"patience": 0, "dev": "val"}, "patience"),
+    ],
+)
+def test_patience_refuses_runs_it_cannot_serve(corpus, tmp_path, overrides, message):
+    if "dev" in overrides:
+        overrides["dev"] = str(corpus / overrides["dev"])
+    with pytest.raises(ValueError, match=message):
+        settings(corpus, tmp_path, **overrides)
+
+
+def test_a_resumed_runs_train_loss_covers_the_whole_run(corpus, tmp_path):
+    """A run killed after checkpoint-21 and resumed reports the mean loss over all its 40 steps, as the
+    uninterrupted run does, not over the 19 steps after the resume. The loss is logged every 2 steps, so
+    only the log at every checkpoint covers step 21."""
+    run = settings(corpus, tmp_path / "straight", max_steps=40, save_steps=3, keep_checkpoints=20)
+    straight = run_training(run)
+    history = json.loads((tmp_path / "straight" / "checkpoint-40" / "trainer_state.json").read_text())
+    logged = [entry for entry in history["log_history"] if "loss" in entry]
+    assert logged[0]["step"] == 2 and 21 in [entry["step"] for entry in logged]
+
+    killed = tmp_path / "killed"
+    shutil.copytree(tmp_path / "straight", killed)
+    shutil.rmtree(killed / "model")
+    for checkpoint in killed.glob("checkpoint-*"):
+        if int(checkpoint.name.split("-")[1]) > 21:
+            shutil.rmtree(checkpoint)
+    resumed = run_training(replace(run, output_dir=str(killed), resume=True))
+    assert resumed["steps"] == 40
+    assert resumed["train_loss"] == pytest.approx(straight["train_loss"], rel=1e-5)
+    # Each logged loss is the mean over the steps since the log before: weighted by them, they make the
+    # uninterrupted run's mean; the steps after 21 alone (the Trainer's figure after a resume) make another.
+    steps = [0] + [entry["step"] for entry in logged]
+    weighted = {
+        entry["step"]: entry["loss"] * (entry["step"] - before) for before, entry in zip(steps, logged)
+    }
+    assert straight["train_loss"] == pytest.approx(sum(weighted.values()) / 40, rel=1e-6)
+    after_resume = sum(value for step, value in weighted.items() if step > 21) / 19
+    assert abs(resumed["train_loss"] - after_resume) > 1e-3
