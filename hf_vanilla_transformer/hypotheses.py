@@ -11,6 +11,7 @@ alignment to the input and the cross-attention behind it.
   and j a 0-based target word, words split at whitespace.
 """
 
+import json
 from dataclasses import dataclass, field
 
 
@@ -42,7 +43,11 @@ class Hypothesis:
         """The word-level attention as JSON: source words, target words, and the target-by-source weights."""
         if self.attention is None:
             return None
-        return {"source_words": self.source_words, "target_words": self.target_words, "weights": self.attention}
+        return {
+            "source_words": self.source_words,
+            "target_words": self.target_words,
+            "weights": self.attention,
+        }
 
 
 @dataclass(frozen=True)
@@ -67,4 +72,32 @@ class Translation:
         return data
 
 
-__all__ = ["Hypothesis", "Translation"]
+# How `translate` writes translations: the best one a line ("text"; with alignments, Marian's
+# "translation ||| alignment"), Moses' n-best list ("tsv": "index ||| hypothesis ||| score ||| log_prob",
+# then " ||| alignment" where asked; index 0-based), or one JSON object a line ("jsonl",
+# `Translation.to_dict`).
+OUTPUT_FORMATS = ("text", "tsv", "jsonl")
+
+
+def format_translation(translation: Translation, index: int, output_format: str) -> str:
+    """The lines, each ending in a newline, that `output_format` writes for the `index`-th input's
+    `translation`."""
+    if output_format == "jsonl":
+        return json.dumps(translation.to_dict(), ensure_ascii=False) + "\n"
+    if output_format == "text":
+        best = translation.hypotheses[0]
+        return best.text + (f" ||| {best.alignment}" if best.alignment is not None else "") + "\n"
+    lines = []
+    for hypothesis in translation.hypotheses:
+        fields = [str(index), hypothesis.text, _number(hypothesis.score), _number(hypothesis.log_prob)]
+        if hypothesis.alignment is not None:
+            fields.append(hypothesis.alignment)
+        lines.append(" ||| ".join(fields) + "\n")
+    return "".join(lines)
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+__all__ = ["OUTPUT_FORMATS", "Hypothesis", "Translation", "format_translation"]

@@ -9,11 +9,15 @@
 - Text that is not UTF-8 is a `NotUTF8Error` (a ValueError) naming the file, the line and the byte.
 
 `line_chunks` reads a binary stream in chunks of lines (corpora far larger than memory), `iter_lines` a
-file line by line, and `read_lines` a whole file as a list.
+file line by line, `read_lines` a whole file as a list, `count_lines` checks a file and counts its lines
+without keeping them, and `arriving_chunks` reads a stream, a pipe say, in chunks of the lines that have
+arrived.
 """
 
 import io
 import itertools
+import queue
+import threading
 from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
@@ -74,4 +78,54 @@ def read_lines(source: str | Path | bytes, name: str | None = None) -> list[str]
     return list(iter_lines(source, name))
 
 
-__all__ = ["NotUTF8Error", "iter_lines", "line_chunks", "read_lines"]
+def count_lines(source: str | Path, name: str | None = None) -> int:
+    """The number of lines of the file at `source`, after checking that it is all UTF-8 (`NotUTF8Error`
+    otherwise), with memory bounded by one chunk."""
+    with open(source, "rb") as stream:
+        return sum(len(lines) for _, lines in line_chunks(stream, name or str(source)))
+
+
+def arriving_chunks(
+    stream: BinaryIO, name: str, max_lines: int, max_wait: float
+) -> Iterator[tuple[int, list[str]]]:
+    """(1-based number of the first line, lines) chunks of the binary `stream` as its lines arrive: a chunk
+    ends at `max_lines` lines, or once `max_wait` seconds pass with no new line after at least one arrived,
+    so that a pipe fed a line at a time gets each answered at once, and a file is read in full chunks.
+    A thread reads ahead at most `max_lines` lines, so memory stays bounded whatever the stream's length.
+    Lines are read as `line_chunks` reads them; text that is not UTF-8 raises `NotUTF8Error` when its
+    chunk is reached."""
+    arrived: queue.Queue = queue.Queue(maxsize=max_lines)
+    finished = object()
+
+    def read() -> None:
+        try:
+            for first, lines in line_chunks(stream, name, size=1):
+                arrived.put((first, lines[0]))
+        except NotUTF8Error as error:
+            arrived.put(error)
+        arrived.put(finished)
+
+    threading.Thread(target=read, daemon=True, name=f"reading {name}").start()
+    first, lines = 1, []
+    while True:
+        try:
+            item = arrived.get(timeout=max_wait) if lines else arrived.get()
+        except queue.Empty:
+            yield first, lines
+            first, lines = first + len(lines), []
+            continue
+        if isinstance(item, NotUTF8Error):
+            if lines:
+                yield first, lines
+            raise item
+        if item is finished:
+            if lines:
+                yield first, lines
+            return
+        lines.append(item[1])
+        if len(lines) == max_lines:
+            yield first, lines
+            first, lines = first + len(lines), []
+
+
+__all__ = ["NotUTF8Error", "arriving_chunks", "count_lines", "iter_lines", "line_chunks", "read_lines"]

@@ -47,9 +47,9 @@ def test_the_registry_holds_every_engine_under_its_own_name():
 
 def test_the_engines_say_what_they_support():
     torch_engine, ct2, onnx = (get_engine(name) for name in ENGINES)
-    assert (torch_engine.n_best, torch_engine.scores, torch_engine.alignments) == (True, True, False)
+    assert (torch_engine.n_best, torch_engine.scores, torch_engine.alignments) == (True, True, True)
     assert (onnx.n_best, onnx.scores, onnx.alignments) == (True, True, False)
-    assert (ct2.n_best, ct2.scores, ct2.alignments) == (False, False, False)
+    assert (ct2.n_best, ct2.scores, ct2.alignments) == (True, True, False)
     assert ct2.compute_types and not torch_engine.compute_types and not onnx.compute_types
     assert torch_engine.dynamic_int8 and not ct2.dynamic_int8 and not onnx.dynamic_int8
     assert onnx.device_names() == "the CPU" and ct2.device_names() == "the CPU or the GPU"
@@ -67,10 +67,13 @@ def test_n_best_and_scores_are_what_generate_gives():
         max_new_tokens=4,
     )
     assert output.sequences.shape[0] == 2 and output.sequences_scores.shape == (2,)
-    # CTranslate2's generate() returns the best output alone, and no scores.
-    for setting in ({"num_return_sequences": 2}, {"output_scores": True}):
-        with pytest.raises(ValueError, match="The CTranslate2 engine cannot apply"):
-            ctranslate2_options(GenerationConfig(), setting, ["a", "b"])
+    # CTranslate2's generate() returns n best and samples as transformers' does; scores come from its own
+    # forced decoding (token_log_probs), not from generate().
+    assert ctranslate2_options(GenerationConfig(), {"num_return_sequences": 2}, ["a"]).num_hypotheses == 2
+    sampling = ctranslate2_options(GenerationConfig(), {"do_sample": True, "top_k": 0, "top_p": 0.9}, ["a"])
+    assert (sampling.sampling, sampling.sampling_topk, sampling.sampling_topp) == (True, 0, 0.9)
+    with pytest.raises(ValueError, match="The CTranslate2 engine cannot apply"):
+        ctranslate2_options(GenerationConfig(), {"output_scores": True}, ["a", "b"])
 
 
 def test_select_device():

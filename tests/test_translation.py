@@ -5,8 +5,7 @@ import torch
 from conftest import tiny_model
 from torch import nn
 
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.translation import quantize_int8, translate
+from hf_vanilla_transformer.translation import quantize_int8
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
 
 
@@ -40,23 +39,3 @@ def test_a_model_built_in_memory_has_no_target_tokenizer(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert tiny_model().name_or_path == ""
     assert find_target_tokenizer("") is None
-
-
-@pytest.mark.parametrize("where", ["call", "generation config"])
-def test_several_hypotheses_per_sentence_are_refused_not_paired_with_other_sentences(where):
-    """With num_return_sequences 3, generate() returns 3 rows per sentence; pairing rows with sentences
-    would give sentence 1 sentence 0's second hypothesis. translate() refuses instead."""
-    sentences = ["a b c", "d e", "f"]
-    tokenizer = train_shared_bpe_tokenizer(sentences * 20, vocab_size=40, min_frequency=1)
-    model = tiny_model(vocab_size=len(tokenizer))
-    kwargs = {"num_beams": 3, "max_new_tokens": 4}
-    if where == "call":
-        kwargs["num_return_sequences"] = 3
-    else:
-        model.generation_config.num_return_sequences = 3
-        model.generation_config.num_beams = 3
-    with pytest.raises(ValueError, match="num_return_sequences is 3"):
-        translate(model, tokenizer, sentences, progress=False, **kwargs)
-    kwargs.pop("num_return_sequences", None)
-    model.generation_config.num_return_sequences = 1
-    assert len(translate(model, tokenizer, sentences, progress=False, **kwargs)) == len(sentences)

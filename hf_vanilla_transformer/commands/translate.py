@@ -5,34 +5,48 @@
     vanilla-transformer translate --model runs/demo/ct2 --engine ctranslate2 --input test.en   # an export
     vanilla-transformer translate --model runs/demo/ct2 --device cuda --compute-type int8_float16 < test.en
 
+    vanilla-transformer translate --model runs/demo/model --n-best 4 --output-format jsonl < test.en
+    vanilla-transformer translate --model runs/demo/model --split-sentences --alignments < paragraphs.en
+    vanilla-transformer translate --model runs/reverse/model --sampling-topk 10 --seed 1 < mono.de
+
 Decoding follows the model's generation config (for this package's models, the paper's: beam 4, GNMT
 length penalty 0.6, output up to input length + 50); the flags override it. Every input line gives one
-output line; an empty input line gives an empty output line.
+output line (text), one line per hypothesis (tsv) or one JSON object (jsonl); an empty input line gives an
+empty translation. Input is read and written in chunks, in order: a file of any length in flat memory, and
+a pipe answered line by line as it arrives.
 """
 
 import argparse
+import io
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import torch
+from tqdm.auto import tqdm
 
 from ..cli import (
     ArgumentParser,
     check_writable,
     finite_float,
-    input_lines,
     non_negative_int,
+    positive_float,
     positive_int,
+    probability,
     refusals_in_one_line,
     run_command,
 )
 from ..engines import CTRANSLATE2_COMPUTE_TYPES, ENGINES, Engine, detect_engine, get_engine, load_translator
-from ..translation import quantize_int8
+from ..hypotheses import OUTPUT_FORMATS, format_translation
+from ..sentence_splitting import SPLITTER_LANGUAGES
+from ..text_lines import NotUTF8Error, arriving_chunks, count_lines
+from ..translation import quantize_int8, seed_sampling
 
 STANDARD_STREAM = "-"
 DEVICES = ("auto", "cpu", "cuda")
+# Lines translated at a time: sorted by length within a chunk, written in input order after it.
+CHUNK_LINES = 10_000
 
 
 def _open(path: str, mode: str, stream: TextIO) -> nullcontext[TextIO] | TextIO:
@@ -84,6 +98,55 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "the CPU, ... (default: the export's own weight type)",
     )
     parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
+    output = parser.add_argument_group("what is written")
+    output.add_argument(
+        "--n-best",
+        type=positive_int,
+        default=1,
+        help="hypotheses written per input, best first (at most the beam)",
+    )
+    output.add_argument(
+        "--output-format",
+        choices=OUTPUT_FORMATS,
+        help="text: the best translation a line; tsv: 'index ||| hypothesis ||| score ||| log_prob' a "
+        "hypothesis (Moses n-best); jsonl: one object a line with translations [{text, score, log_prob, "
+        "tokens}] (default: text, tsv with --n-best above 1)",
+    )
+    output.add_argument(
+        "--alignments",
+        action="store_true",
+        help="add source-target word alignments in Pharaoh format ('0-0 1-2', source-target word indices), "
+        "from the cross-attention",
+    )
+    output.add_argument(
+        "--split-sentences",
+        action="store_true",
+        help="split each line into sentences (pysbd), translate them, and join them back into one line",
+    )
+    output.add_argument(
+        "--language",
+        choices=SPLITTER_LANGUAGES,
+        default="en",
+        help="the input's language, for --split-sentences",
+    )
+    output.add_argument(
+        "--max-wait-ms",
+        type=non_negative_int,
+        default=100,
+        help="on a pipe, translate the lines that have arrived once this many milliseconds pass without "
+        "a new one",
+    )
+    sampling = parser.add_argument_group(
+        "sampling (back-translation): any of these samples instead of the beam"
+    )
+    sampling.add_argument(
+        "--sampling-topk", type=non_negative_int, help="sample among the K likeliest tokens (0: all)"
+    )
+    sampling.add_argument(
+        "--sampling-topp", type=probability, help="sample among the likeliest tokens of total probability P"
+    )
+    sampling.add_argument("--temperature", type=positive_float, help="divide the logits by T before sampling")
+    sampling.add_argument("--seed", type=non_negative_int, default=0, help="random seed of the sampling")
     parser.add_argument(
         "--int8",
         action="store_true",
@@ -113,23 +176,89 @@ def _device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) ->
         return torch.device(engine.select_device(args.device, args.compute_type or "default"))
 
 
-def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
-    """Translate `args.input` into `args.output`, line for line."""
-    if args.output != STANDARD_STREAM and Path(args.output).is_dir():
+def _check_output(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Refuse an --output that cannot take the translations, before the model loads."""
+    if args.output == STANDARD_STREAM:
+        return
+    output = Path(args.output)
+    if output.is_dir():
         parser.error(f"--output {args.output} is a folder: give a file name for the translations.")
-    if args.output != STANDARD_STREAM and not Path(args.output).resolve().parent.is_dir():
+    if not output.resolve().parent.is_dir():
         parser.error(f"--output {args.output}: its folder does not exist; create it first.")
-    if args.output != STANDARD_STREAM:
-        check_writable(args.output, "--output", parser, kind="file")
-    if (
-        STANDARD_STREAM not in (args.input, args.output)
-        and Path(args.output).resolve() == Path(args.input).resolve()
-    ):
+    check_writable(args.output, "--output", parser, kind="file")
+    if args.input != STANDARD_STREAM and output.resolve() == Path(args.input).resolve():
         parser.error(
             f"--output {args.output} is also --input: the translations would replace the text; "
             "give another file."
         )
+    existed = output.exists()
+    try:  # appending changes nothing, and meets what refuses writes: /proc files, read-only mounts
+        output.open("a", encoding="utf-8").close()
+    except OSError as error:
+        parser.error(f"--output {args.output}: cannot write there ({error.strerror}); give a regular file.")
+    if not existed:
+        output.unlink()
 
+
+def _decoding(args: argparse.Namespace, parser: ArgumentParser) -> tuple[dict, str]:
+    """The generate() overrides the flags ask for, and the output format; one-line errors for flags that
+    contradict each other."""
+    sampling = {
+        "top_k": args.sampling_topk,
+        "top_p": args.sampling_topp,
+        "temperature": args.temperature,
+    }
+    sampled = any(value is not None for value in sampling.values())
+    if sampled and args.num_beams not in (None, 1):
+        parser.error(
+            "sampling draws one output token at a time: leave out --num-beams, or the sampling flags."
+        )
+    overrides = {
+        "num_beams": 1 if sampled else args.num_beams,
+        "length_penalty": args.length_penalty,
+        "length_penalty_type": args.length_penalty_type,
+        "max_length_offset": args.max_length_offset,
+    }
+    if sampled:
+        overrides.update(do_sample=True, top_k=args.sampling_topk or 0, top_p=args.sampling_topp or 1.0)
+        overrides["temperature"] = args.temperature or 1.0
+    output_format = args.output_format or ("tsv" if args.n_best > 1 else "text")
+    if output_format == "text" and args.n_best > 1:
+        parser.error(
+            f"--n-best {args.n_best} with --output-format text: text has one translation a line; "
+            "write the n best with --output-format tsv or jsonl."
+        )
+    if args.split_sentences and args.n_best > 1:
+        parser.error("--split-sentences joins each sentence's best translation: leave out --n-best.")
+    return {key: value for key, value in overrides.items() if value is not None}, output_format
+
+
+def _input_stream(args: argparse.Namespace, parser: ArgumentParser) -> tuple[BinaryIO, int | None]:
+    """The input as bytes, and its number of lines where it is a file (checked to be UTF-8 first, so that
+    a file the command cannot read is refused before the model loads)."""
+    if args.input == STANDARD_STREAM:
+        return getattr(sys.stdin, "buffer", None) or _encoded(sys.stdin), None
+    path = Path(args.input)
+    if path.is_dir():
+        parser.error(f"--input {args.input} is a folder: give a text file with one sentence a line.")
+    if not path.is_file():
+        parser.error(f"--input {args.input}: no such file; give a text file with one sentence a line.")
+    try:
+        total = count_lines(path)
+    except NotUTF8Error as error:
+        parser.error(f"--input {error}")
+    return path.open("rb"), total
+
+
+def _encoded(stream: TextIO) -> BinaryIO:
+    """A text stream without bytes underneath (io.StringIO) as UTF-8 bytes."""
+    return io.BytesIO(stream.read().encode("utf-8"))
+
+
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Translate `args.input` into `args.output`, chunk by chunk and in input order."""
+    _check_output(args, parser)
+    overrides, output_format = _decoding(args, parser)
     with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
         engine = get_engine(args.engine or detect_engine(args.model))
     if args.int8 and not engine.dynamic_int8:
@@ -137,9 +266,13 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             "--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8 (CPU) or "
             "int8_float16 (GPU), or export with --quantization int8."
         )
+    if args.alignments and not engine.alignments:
+        parser.error(
+            f"--alignments: the {engine.title} engine gives no attention to align with; translate with the "
+            "torch or ctranslate2 engine."
+        )
     device = _device(args, engine, parser)
-    # Read before the model loads: input it cannot use is refused at once.
-    lines = input_lines(args.input, "--input", parser, stdin=sys.stdin)
+    source, total = _input_stream(args, parser)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     try:
@@ -154,19 +287,36 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parser.error(str(error))
     if args.int8:
         translator.model = quantize_int8(translator.model)
-    overrides = {
-        "num_beams": args.num_beams,
-        "length_penalty": args.length_penalty,
-        "length_penalty_type": args.length_penalty_type,
-        "max_length_offset": args.max_length_offset,
-    }
-    overrides = {key: value for key, value in overrides.items() if value is not None}
-    with refusals_in_one_line(parser):  # an input longer than an export's positions, say
-        hypotheses = translator.translate(
-            lines, batch_size=args.batch_size, progress=args.input != STANDARD_STREAM, **overrides
-        )
-    with _open(args.output, "w", sys.stdout) as target:
-        target.writelines(h + "\n" for h in hypotheses)
+    if "do_sample" in overrides:
+        seed_sampling(args.seed)
+    scores = output_format != "text"
+    name = "standard input" if args.input == STANDARD_STREAM else args.input
+    # A file's bar counts up to its lines; a stream's counts the lines done, where someone watches.
+    bar = tqdm(
+        total=total, desc="Translating", unit="line", disable=total is None and not sys.stderr.isatty()
+    )
+    with source, _open(args.output, "w", sys.stdout) as target, refusals_in_one_line(parser):
+        chunks = arriving_chunks(source, name, CHUNK_LINES, args.max_wait_ms / 1000)
+        try:
+            for first, lines in chunks:
+                translations = translator.translate_n_best(
+                    lines,
+                    n_best=args.n_best,
+                    scores=scores,
+                    alignments=args.alignments,
+                    split_sentences=args.split_sentences,
+                    language=args.language,
+                    batch_size=args.batch_size,
+                    first_line=first,
+                    **overrides,
+                )
+                for offset, translation in enumerate(translations):
+                    target.write(format_translation(translation, first - 1 + offset, output_format))
+                target.flush()
+                bar.update(len(lines))
+        except NotUTF8Error as error:
+            raise ValueError(f"--input {error} The lines before it were translated.") from None
+    bar.close()
 
 
 def main(argv: list[str] | None = None) -> int | None:

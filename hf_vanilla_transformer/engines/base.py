@@ -31,7 +31,8 @@ class Engine(ABC):
     `load` returns what `translation.translate` decodes with: a model whose `generate(input_ids,
     attention_mask, **overrides)` returns token ids as transformers' does. The capability flags say what that
     `generate()` gives besides the best output: `n_best` (several outputs per input, `num_return_sequences`),
-    `scores` (`output_scores` with `return_dict_in_generate`) and `alignments` (attention over the input).
+    `scores` (each hypothesis' log-probability, by forced decoding: `scoring.token_log_probs`) and
+    `alignments` (word alignments from the attention over the input, `alignment.align`).
     """
 
     # The name `--engine` and `--to` take, and the export info records.
@@ -44,6 +45,8 @@ class Engine(ABC):
     n_best: ClassVar[bool] = False
     scores: ClassVar[bool] = False
     alignments: ClassVar[bool] = False
+    # Whether it scores given translations (forced decoding, `scoring.score_pairs`).
+    scoring: ClassVar[bool] = True
     # Whether `translate --int8` may quantize the loaded model (torch's dynamic int8 quantization).
     dynamic_int8: ClassVar[bool] = False
     # Whether it reads a folder that `export` writes (not a model saved by `save_pretrained`), and the

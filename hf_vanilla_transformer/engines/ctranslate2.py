@@ -20,6 +20,7 @@ table (`max_position_embeddings` rows); longer inputs are refused.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,6 +62,11 @@ _CT2_SETTINGS = (
     "max_length",
     "bad_words_ids",
     "min_new_tokens",
+    "num_return_sequences",
+    "do_sample",
+    "top_k",
+    "top_p",
+    "temperature",
 )
 _CT2_DESCRIPTIVE = (
     "bos_token_id",
@@ -130,6 +136,27 @@ class CTranslate2Options:
     # No end token before this many new tokens (transformers' min_new_tokens, CTranslate2's
     # min_decoding_length; CTranslate2's own default of 1 is not transformers').
     min_new_tokens: int = 0
+    # Outputs per input (transformers' num_return_sequences): the best of the beam, or samples.
+    num_hypotheses: int = 1
+    # Random sampling (transformers' do_sample with top_k, top_p, temperature); CTranslate2 samples from the
+    # whole distribution with sampling_topk 0, as transformers does with top_k 0.
+    sampling: bool = False
+    sampling_topk: int = 0
+    sampling_topp: float = 1.0
+    sampling_temperature: float = 1.0
+
+    def search_options(self) -> dict[str, Any]:
+        """`translate_batch`'s search settings: beam search keeping beam-size hypotheses (re-ranked by
+        `rank`), or sampling with one beam."""
+        if self.sampling:
+            return dict(
+                beam_size=1,
+                num_hypotheses=self.num_hypotheses,
+                sampling_topk=self.sampling_topk,
+                sampling_topp=self.sampling_topp,
+                sampling_temperature=self.sampling_temperature,
+            )
+        return dict(beam_size=self.beam_size, num_hypotheses=max(self.beam_size, self.num_hypotheses))
 
     def max_decoding_length(self, source_length: int, positions: int) -> int:
         """CTranslate2's `max_decoding_length` for inputs of `source_length` tokens: with the paper's rule,
@@ -194,6 +221,11 @@ def ctranslate2_options(
         length_offset=offset,
         suppress_sequences=[[target_tokens[i] for i in ids] for ids in bad_words] or None,
         min_new_tokens=settings.get("min_new_tokens") or 0,
+        num_hypotheses=settings.get("num_return_sequences") or 1,
+        sampling=bool(settings.get("do_sample")),
+        sampling_topk=settings.get("top_k", defaults["top_k"]) or 0,
+        sampling_topp=float(settings.get("top_p", defaults["top_p"]) or 1.0),
+        sampling_temperature=float(settings.get("temperature", defaults["temperature"]) or 1.0),
     )
 
 
@@ -266,35 +298,63 @@ class CTranslate2Seq2SeqLM:
         groups: dict[int, list[int]] = {}
         for index, row in enumerate(rows):
             groups.setdefault(options.max_decoding_length(len(row), positions), []).append(index)
-        outputs: list[list[int]] = [[] for _ in rows]
+        outputs: list[list[list[int]]] = [[] for _ in rows]
         for max_length, members in groups.items():
-            try:
-                results = self.translator.translate_batch(
-                    [[self.source_tokens[i] for i in rows[member]] for member in members],
-                    beam_size=options.beam_size,
-                    num_hypotheses=options.beam_size,
-                    length_penalty=options.ctranslate2_length_penalty,
-                    max_decoding_length=max_length,
-                    min_decoding_length=options.min_new_tokens,
-                    max_input_length=0,
-                    suppress_sequences=options.suppress_sequences,
-                    use_vmap=self.use_vmap,
-                    return_scores=True,
-                    return_end_token=True,
-                )
-            except RuntimeError as error:
-                if _CT2_MISSING_LIBRARY not in str(error):
-                    raise
-                raise _missing_cuda_library(error) from error
+            results = self._run(
+                self.translator.translate_batch,
+                [[self.source_tokens[i] for i in rows[member]] for member in members],
+                **options.search_options(),
+                length_penalty=options.ctranslate2_length_penalty,
+                max_decoding_length=max_length,
+                min_decoding_length=options.min_new_tokens,
+                max_input_length=0,
+                suppress_sequences=options.suppress_sequences,
+                use_vmap=self.use_vmap,
+                return_scores=True,
+                return_end_token=True,
+            )
             for member, result in zip(members, results):
-                scored = zip(result.hypotheses, result.scores)
-                best = max(scored, key=lambda pair: options.rank(pair[0], pair[1], self.end_token))[0]
-                outputs[member] = [self.target_ids[token] for token in best]
-        generated = torch.full((len(rows), 1 + max(map(len, outputs))), self.info["pad_token_id"])
+                scored = list(zip(result.hypotheses, result.scores))
+                if not options.sampling:
+                    scored.sort(key=lambda pair: -options.rank(pair[0], pair[1], self.end_token))
+                kept = [tokens for tokens, _ in scored[: options.num_hypotheses]]
+                outputs[member] = [[self.target_ids[token] for token in tokens] for tokens in kept]
+        flat = [ids for hypotheses in outputs for ids in hypotheses]
+        generated = torch.full((len(flat), 1 + max(map(len, flat))), self.info["pad_token_id"])
         generated[:, 0] = self.info["decoder_start_token_id"]
-        for row, ids in enumerate(outputs):
+        for row, ids in enumerate(flat):
             generated[row, 1 : 1 + len(ids)] = torch.tensor(ids, dtype=torch.long)
         return generated
+
+    def token_log_probs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, outputs: list[list[int]]
+    ) -> list[list[float]]:
+        """log p(y_t | y_<t, x) of each token of each output (its end token included), by CTranslate2's
+        forced decoding (`score_batch`); as `scoring.token_log_probs`."""
+        sources = [
+            [self.source_tokens[i] for i in ids[mask.bool()].tolist()]
+            for ids, mask in zip(input_ids, attention_mask)
+        ]
+        end = self.target_ids[self.end_token]
+        # score_batch scores the target and then the end token, which it appends itself.
+        targets = [ids[:-1] if ids[-1:] == [end] else ids for ids in outputs]
+        results = self._run(
+            self.translator.score_batch,
+            sources,
+            [[self.target_tokens[i] for i in ids] for ids in targets],
+            max_input_length=0,
+        )
+        return [result.log_probs[: len(ids)] for result, ids in zip(results, outputs)]
+
+    @staticmethod
+    def _run(method: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[Any]:
+        """A CTranslate2 `method` call, with a missing CUDA library said in one line."""
+        try:
+            return method(*args, **kwargs)
+        except RuntimeError as error:
+            if _CT2_MISSING_LIBRARY not in str(error):
+                raise
+            raise _missing_cuda_library(error) from error
 
 
 class CTranslate2Engine(Engine):
@@ -305,6 +365,8 @@ class CTranslate2Engine(Engine):
     title: ClassVar[str] = "CTranslate2"
     devices: ClassVar[tuple[str, ...]] = CTRANSLATE2_DEVICES
     compute_types: ClassVar[tuple[str, ...]] = CTRANSLATE2_COMPUTE_TYPES
+    n_best: ClassVar[bool] = True
+    scores: ClassVar[bool] = True
     exportable: ClassVar[bool] = True
     export_options: ClassVar[tuple[str, ...]] = ("quantization", "shortlist_from", "shortlist_size")
 

@@ -19,6 +19,7 @@ class TorchEngine(Engine):
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     n_best: ClassVar[bool] = True
     scores: ClassVar[bool] = True
+    alignments: ClassVar[bool] = True
     dynamic_int8: ClassVar[bool] = True
 
     def load(self, name_or_path: str | Path, options: LoadOptions) -> Any:

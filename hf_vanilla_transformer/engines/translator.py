@@ -9,8 +9,10 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from .. import sentence_splitting
+from ..hypotheses import Translation
 from ..model_location import loading
-from ..translation import load_tokenizers, translate
+from ..translation import load_tokenizers, translate, translate_n_best
 from .base import LoadOptions, detect_engine
 from .registry import get_engine
 
@@ -63,6 +65,58 @@ class Translator:
             progress=progress,
             **generate_kwargs,
         )
+
+    def translate_n_best(
+        self,
+        sentences: Sequence[str],
+        *,
+        n_best: int = 1,
+        scores: bool = True,
+        alignments: bool = False,
+        split_sentences: bool = False,
+        language: str = "en",
+        batch_size: int = 64,
+        progress: bool = False,
+        first_line: int = 1,
+        **generate_kwargs: Any,
+    ) -> list[Translation]:
+        """`translation.translate_n_best` on this engine: each input's `n_best` hypotheses, with their
+        `scores` and word `alignments`. With `split_sentences`, each input is split into sentences of
+        `language` (`sentence_splitting`), and all the sentences are translated in one stream of batches
+        and joined back into one translation per input (its best only: `n_best` must be 1)."""
+        options = dict(
+            scores=scores, alignments=alignments, batch_size=batch_size, progress=progress, **generate_kwargs
+        )
+        if not split_sentences:
+            return translate_n_best(
+                self.model,
+                self.tokenizer,
+                sentences,
+                target_tokenizer=self.target_tokenizer,
+                n_best=n_best,
+                first_line=first_line,
+                **options,
+            )
+        if n_best != 1:
+            raise ValueError(
+                f"n_best {n_best} with sentence splitting: a paragraph's translation joins each sentence's "
+                "best, so it has one hypothesis; ask for n_best 1, or translate single sentences."
+            )
+        sentence_splitting.check_language(language)
+        pieces = [sentence_splitting.split_sentences(text, language) for text in sentences]
+        translated = iter(
+            translate_n_best(
+                self.model,
+                self.tokenizer,
+                [sentence for piece in pieces for sentence in piece],
+                target_tokenizer=self.target_tokenizer,
+                **options,
+            )
+        )
+        return [
+            sentence_splitting.join_sentences(text, [next(translated) for _ in piece])
+            for text, piece in zip(sentences, pieces)
+        ]
 
 
 def load_translator(name_or_path: str | Path, engine: str | None = None, **options: Any) -> Translator:
