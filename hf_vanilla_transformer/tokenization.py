@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,6 +109,7 @@ def train_shared_bpe_tokenizer(
     limit_alphabet: int | None = None,
     model_max_length: int = 1024,
     show_progress: bool = True,
+    extra_special_tokens: Sequence[str] = (),
 ) -> PreTrainedTokenizerFast:
     """Learn one BPE vocabulary shared by source and target language (Section 5.1).
 
@@ -128,19 +129,29 @@ def train_shared_bpe_tokenizer(
         model_max_length: longest input, in tokens, the tokenizer reports to `transformers`; matches the
             default `max_position_embeddings` of `VanillaTransformerConfig`.
         show_progress: show the trainer's progress bars.
+        extra_special_tokens: further tokens of the vocabulary, ids 4, 5, ... in this order, each matched
+            whole wherever it occurs in a text and never split into subwords (such as the `<BT>` tag of
+            `backtranslation`); they are special tokens, which decoding with `skip_special_tokens` drops.
 
     Returns:
-        A `PreTrainedTokenizerFast` with `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, which appends `</s>` to
-        every sequence and pads on the right.
+        A `PreTrainedTokenizerFast` with `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3 (and the extra special
+        tokens), which appends `</s>` to every sequence and pads on the right.
 
     Raises:
         TypeError: `texts_or_files` is a single `str`, or an item is neither `str` nor `os.PathLike`.
-        ValueError: there is no non-empty text, a dataset has no string column, or `vocab_size` cannot
-            hold the special tokens and the alphabet (the message gives the minimum).
+        ValueError: there is no non-empty text, a dataset has no string column, `vocab_size` cannot
+            hold the special tokens and the alphabet (the message gives the minimum), or an extra special
+            token repeats a special token.
     """
     if isinstance(texts_or_files, str):
         raise TypeError(
             "texts_or_files is a single str; pass a list of sentences, or pathlib.Path(...) for a file."
+        )
+    repeated = [token for token in extra_special_tokens if token in SPECIAL_TOKENS]
+    if repeated or len(set(extra_special_tokens)) < len(extra_special_tokens):
+        raise ValueError(
+            f"extra_special_tokens {list(extra_special_tokens)} repeat a token (the special tokens are "
+            f"{', '.join(SPECIAL_TOKENS)}): give each extra token once, none of those."
         )
     batches = _text_batches(texts_or_files)
     first = next(batches, None)
@@ -156,17 +167,18 @@ def train_shared_bpe_tokenizer(
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[*SPECIAL_TOKENS, *extra_special_tokens],
         show_progress=show_progress,
         **alphabet_option,
     )
     tokenizer.train_from_iterator(itertools.chain([first], batches), trainer=trainer)
     # The trainer never drops characters to honour vocab_size; it silently returns a larger vocabulary.
     minimum = tokenizer.get_vocab_size()
+    specials = len(SPECIAL_TOKENS) + len(extra_special_tokens)
     if minimum > vocab_size:
         raise ValueError(
-            f"vocab_size={vocab_size} cannot hold the {len(SPECIAL_TOKENS)} special tokens and the alphabet "
-            f"of {minimum - len(SPECIAL_TOKENS)} characters (Metaspace's '▁' included); the minimum is "
+            f"vocab_size={vocab_size} cannot hold the {specials} special tokens and the alphabet "
+            f"of {minimum - specials} characters (Metaspace's '▁' included); the minimum is "
             f"{minimum}. Raise vocab_size or set limit_alphabet."
         )
 
@@ -184,6 +196,8 @@ def train_shared_bpe_tokenizer(
         eos_token=EOS_TOKEN,
         model_max_length=model_max_length,
         padding_side="right",
+        # Only where there are some: a tokenizer without any saves the same files as before they existed.
+        **({"extra_special_tokens": list(extra_special_tokens)} if extra_special_tokens else {}),
         # Metaspace already restores spacing; the WordPiece-era clean-up would only warn for BPE.
         clean_up_tokenization_spaces=False,
     )

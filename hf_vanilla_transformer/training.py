@@ -47,6 +47,16 @@ from transformers.trainer_utils import EvalPrediction, seed_worker
 from transformers.utils import is_torch_tf32_available, logging
 
 from .averaging import average_checkpoints, last_checkpoints
+from .backtranslation import (
+    DEFAULT_TAG,
+    check_synthetic_settings,
+    check_tag,
+    load_synthetic_pairs,
+    synthetic_record,
+    tag_token,
+    vocabulary_tokens,
+    with_synthetic_pairs,
+)
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
 from .cli import non_negative_int, positive_int, random_seed
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -134,6 +144,21 @@ class TrainingSettings(RecipeOverrides):
         group=DATA,
     )
     test_target: str | None = setting(None, "target-side file when --test is the source file", group=DATA)
+    # Back-translation (docs/backtranslation.md): training pairs only, never dev or test.
+    synthetic_source: str | None = setting(
+        None,
+        "synthetic training pairs' source file: the machine translations of --synthetic-target",
+        group=DATA,
+    )
+    synthetic_target: str | None = setting(
+        None, "synthetic training pairs' target file: target-language monolingual text", group=DATA
+    )
+    synthetic_tag: str | None = setting(
+        DEFAULT_TAG,
+        "token put in front of every synthetic source (tagged back-translation); 'none': untagged",
+        check=tag_token,
+        group=DATA,
+    )
     src_lang: str = setting("en", "source language code: file suffix or `datasets` key", group=DATA)
     tgt_lang: str = setting("de", "target language code: file suffix or `datasets` key", group=DATA)
     dataset_config: str | None = setting(
@@ -209,6 +234,7 @@ class TrainingSettings(RecipeOverrides):
         """Resolve the dev and test sets, then refuse what no run could use: the checks with their own words
         first, then each field's check (`settings_schema.check_settings`)."""
         self._check_data()
+        check_synthetic_settings(self)
         self.dev, self.test = self._evaluation_set(self.dev, "dev"), self._evaluation_set(self.test, "test")
         recipe = self.recipe()
         self.workers()
@@ -484,7 +510,9 @@ def _prepare_tokenizer(
         if requested is not None:
             tokenizer = load_tokenizer(requested)
         elif state.is_main_process:
-            tokenizer = train_shared_bpe_tokenizer(train_pairs, vocab_size=recipe.vocab_size)
+            tokenizer = train_shared_bpe_tokenizer(
+                train_pairs, vocab_size=recipe.vocab_size, extra_special_tokens=vocabulary_tokens(settings)
+            )
         else:
             tokenizer = load_tokenizer(saved_dir)
         if state.is_main_process:
@@ -605,11 +633,13 @@ class _Run:
 
 @dataclass
 class _Data:
-    """The run's pairs (dev and test None where it has no such set) and, once tokenized, its datasets."""
+    """The run's pairs (dev, test and the synthetic training pairs, untagged, None where it has no such set)
+    and, once tokenized, its datasets (the training set: the real and the tagged synthetic pairs)."""
 
     train_pairs: Dataset
     dev_pairs: Dataset | None
     test_pairs: Dataset | None
+    synthetic_pairs: Dataset | None = None
     train_dataset: Dataset | SubwordDropoutDataset | None = None
     dev_dataset: Dataset | None = None
 
@@ -629,7 +659,9 @@ def _start_run(settings: TrainingSettings) -> _Run:
 
 def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, state: PartialState) -> dict[str, Any]:
     """What `RECIPE_FILE` records of the run."""
-    return recipe_record(settings.preset, settings.seed, recipe, state.num_processes)
+    return recipe_record(settings.preset, settings.seed, recipe, state.num_processes) | synthetic_record(
+        settings
+    )
 
 
 def _load_data(run: _Run) -> _Data:
@@ -639,6 +671,7 @@ def _load_data(run: _Run) -> _Data:
         _load_split(settings, settings.train, settings.train_target, settings.train_split),
         _load_split(settings, settings.dev, settings.dev_target, settings.dev_split),
         _load_split(settings, settings.test, settings.test_target, settings.test_split),
+        load_synthetic_pairs(settings),
     )
 
 
@@ -653,7 +686,7 @@ def _tokenize_data(run: _Run, data: _Data, tokenizer: PreTrainedTokenizerBase) -
         max_target_length=recipe.max_length,
         long_pairs=settings.long_pairs,
     )
-    data.train_dataset = tokenize(data.train_pairs)
+    data.train_dataset = tokenize(with_synthetic_pairs(data.train_pairs, data.synthetic_pairs, settings))
     if recipe.subword_dropout > 0:
         data.train_dataset = SubwordDropoutDataset(
             data.train_dataset,
@@ -675,6 +708,7 @@ def _tokenizer_and_model(
     tokenizer = _prepare_tokenizer(
         settings, recipe, run.output_dir, data.train_pairs, run.checkpoint is not None
     )
+    check_tag(tokenizer, settings, data.train_pairs, data.synthetic_pairs)
     model = _build_model(settings, recipe, tokenizer)
     if run.checkpoint is not None:
         check_same_model(run.checkpoint, model.config)

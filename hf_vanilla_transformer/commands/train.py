@@ -9,6 +9,8 @@
 Data: `--train PREFIX` reads PREFIX.<src-lang> and PREFIX.<tgt-lang>; `--train FILE --train-target FILE`
 reads two line-aligned files; a .tsv or .jsonl file, or a `datasets` name with --dataset-config, also work.
 Without --train the run trains on the shipped Multi30k and evaluates on its val and test_2016_flickr sets.
+`--synthetic-source FILE --synthetic-target FILE` adds back-translated pairs to the training set, their
+sources tagged <BT> (docs/backtranslation.md).
 """
 
 import argparse
