@@ -224,7 +224,11 @@ BAD_INPUTS = {
         ["--model", "FOLDER", "--input", "SOURCE"],
         "has no config.json",
     ),
-    "translate: input not UTF-8": ("translate", ["--model", "MODEL", "--input", "LATIN1"], "not UTF-8"),
+    "translate: input not UTF-8": (
+        "translate",
+        ["--model", "MODEL", "--input", "LATIN1"],
+        "latin1.en, line 1: not valid UTF-8",
+    ),
     "translate: nan length penalty": (
         "translate",
         ["--model", "MODEL", "--input", "SOURCE", "--length-penalty", "nan"],
