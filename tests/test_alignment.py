@@ -144,6 +144,14 @@ def test_word_attention_sums_source_subwords_and_averages_target_subwords(tokeni
     expected /= expected.sum(dim=1, keepdim=True)
     torch.testing.assert_close(weights, expected)
     torch.testing.assert_close(weights.sum(dim=1), torch.ones(len(target_words)))
+    # Leading dimensions (layers, heads) are kept, each slice computed as alone.
+    stacked = word_attention(torch.stack([attention, attention.flip(-1)]), source_ids, target_ids, tokenizer)[
+        2
+    ]
+    torch.testing.assert_close(stacked[0], weights)
+    torch.testing.assert_close(
+        stacked[1], word_attention(attention.flip(-1), source_ids, target_ids, tokenizer)[2]
+    )
 
 
 def test_word_attention_rows_with_all_weight_on_the_end_token_become_uniform(tokenizer):
