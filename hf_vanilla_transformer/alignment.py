@@ -144,7 +144,15 @@ def cross_attention(
 ) -> torch.Tensor:
     """The encoder-decoder attention of decoder `layer` (by default `alignment_layer`) averaged over its
     heads, behind the outputs `sequences`: [batch, target, source], row t for the step that produced
-    `sequences[:, t + 1]` (see `cross_attention_heads`)."""
+    `sequences[:, t + 1]` (see `cross_attention_heads`). A model with an attention of its own (a
+    CTranslate2 export, whose alignment layer and heads were fixed when it was exported) has a
+    `cross_attention(input_ids, attention_mask, sequences)` method, which is used instead."""
+    if hasattr(model, "cross_attention"):
+        if layer is not None:
+            raise ValueError(
+                f"{type(model).__name__} gives the attention of its export's layer only: leave layer out."
+            )
+        return model.cross_attention(input_ids, attention_mask, sequences)
     if layer is None:
         layer = alignment_layer(len(model.get_decoder().layers))
     return cross_attention_heads(model, input_ids, attention_mask, sequences, [layer])[0].mean(dim=1)
@@ -278,7 +286,7 @@ def align(
         raise ValueError(f"{len(source_ids)} inputs but {len(sequences)} outputs: pass one input per output.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
-    pad = model.config.pad_token_id
+    pad = model.generation_config.pad_token_id
     results: list[WordAlignment] = []
     for begin in range(0, len(sequences), batch_size):
         sources = [list(ids) for ids in source_ids[begin : begin + batch_size]]

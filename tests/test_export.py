@@ -443,8 +443,8 @@ def test_ctranslate2_options_follow_generate_and_refuse_what_they_cannot_apply()
         ctranslate2_options(config, {"min_new_tokens": 5}, tokens).min_new_tokens,
     ) == (0, 5)
     assert ctranslate2_options(GenerationConfig(max_length=12), {}, tokens).max_decoding_length(3, 64) == 11
-    with pytest.raises(ValueError, match=r"cannot apply \['do_sample', 'top_k'\]"):
-        ctranslate2_options(config, {"do_sample": True, "top_k": 5}, tokens)
+    sampling = ctranslate2_options(config, {"do_sample": True, "top_k": 5}, tokens)
+    assert (sampling.sampling, sampling.sampling_topk, sampling.search_options()["beam_size"]) == (True, 5, 1)
     assert ctranslate2_options(config, {"do_sample": False, "early_stopping": True}, tokens) == paper
     with pytest.raises(ValueError, match=r"cannot apply \['repetition_penalty'\]"):
         ctranslate2_options(GenerationConfig(repetition_penalty=1.2), {}, tokens)
@@ -468,11 +468,14 @@ def test_ctranslate2_hypotheses_are_ranked_by_transformers_penalty():
 @needs_ctranslate2
 @needs_onnx
 @pytest.mark.slow
-def test_exports_refuse_inputs_longer_than_their_position_table(exported):
+def test_exports_translate_inputs_longer_than_their_position_table_from_their_start(exported, caplog):
     too_long = " ".join(["w1"] * 70)  # 71 tokens with </s>; the table has max_position_embeddings = 64 rows
+    start = " ".join(["w1"] * 63)  # what fits: 63 tokens and </s>
     for target in ("ctranslate2", "onnx"):
-        with pytest.raises(ValueError, match="longer than the 64 positions of this export"):
-            load_translator(exported("marian", target)).translate([too_long])
+        translator = load_translator(exported("marian", target))
+        [cut, whole] = translator.translate_n_best([too_long, start])
+        assert cut.truncated and not whole.truncated and cut.text == whole.text
+        assert "line 1: 71 tokens, more than the model's 64 positions" in caplog.text
 
 
 @needs_ctranslate2
@@ -703,12 +706,19 @@ def _translate_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 @needs_ctranslate2
 @needs_onnx
 @pytest.mark.slow
-def test_an_input_longer_than_an_exports_positions_is_refused_in_one_line(exported, tmp_path, capsys):
-    (tmp_path / "long.en").write_text(" ".join(["w1"] * 70) + "\n", encoding="utf-8")
+def test_an_input_longer_than_an_exports_positions_is_translated_with_a_warning(
+    exported, tmp_path, capsys, caplog
+):
+    (tmp_path / "long.en").write_text("w1 w2\n" + " ".join(["w1"] * 70) + "\n", encoding="utf-8")
     for target in ("ctranslate2", "onnx"):
         folder = str(exported("marian", target))
-        error = _translate_error(capsys, "--model", folder, "--input", str(tmp_path / "long.en"))
-        assert "longer than the 64 positions of this export" in error
+        translate_command.main(
+            ["--model", folder, "--input", str(tmp_path / "long.en"), "--output-format", "jsonl"]
+        )
+        captured = capsys.readouterr()
+        objects = [json.loads(line) for line in captured.out.splitlines()]
+        assert [obj.get("truncated", False) for obj in objects] == [False, True]
+        assert "line 2: 71 tokens" in caplog.text
 
 
 @needs_ctranslate2

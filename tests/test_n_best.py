@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
+from hf_vanilla_transformer.alignment import align
 from hf_vanilla_transformer.commands import translate as translate_command
 from hf_vanilla_transformer.engines import load_translator
 from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
@@ -304,3 +305,29 @@ def test_ctranslate2_n_best_scores_are_the_models_log_probabilities(model_dir, m
         for hypothesis, log_probs in zip(translation.hypotheses, expected):
             if len(hypothesis.tokens) < len(batch["input_ids"][0]) + 8:  # ended by the model, not the limit
                 assert hypothesis.log_prob == pytest.approx(sum(log_probs), abs=1e-4)
+
+
+def test_ctranslate2_aligns_with_the_same_attention_as_torch(model_dir, tmp_path):
+    """CTranslate2's attention for alignments (the export's layer, heads averaged, of forced prefixes)
+    equals the PyTorch model's, word by word."""
+    pytest.importorskip("ctranslate2")
+    from hf_vanilla_transformer.engines import export
+
+    folder = export(model_dir, "ctranslate2", tmp_path / "ct2")
+    torch_side = load_translator(model_dir).translate_n_best(SENTENCES, n_best=2, alignments=True)
+    ct2_side = load_translator(folder)
+    for expected in torch_side:
+        if not expected.source:
+            continue
+        for hypothesis in expected.hypotheses:
+            ids = ct2_side.tokenizer.convert_tokens_to_ids(hypothesis.tokens)
+            batch = ct2_side.tokenizer([expected.source], return_tensors="pt")
+            start = ct2_side.model.generation_config.decoder_start_token_id
+            sequences = torch.tensor([[start, *ids, ct2_side.tokenizer.eos_token_id]])
+            [aligned] = align(
+                ct2_side.model, ct2_side.tokenizer, [batch["input_ids"][0].tolist()], sequences.tolist()
+            )
+            assert aligned.target_words == hypothesis.target_words
+            assert torch.tensor(aligned.attention) == pytest.approx(
+                torch.tensor(hypothesis.attention), abs=1e-4
+            )

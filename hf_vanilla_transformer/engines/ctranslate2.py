@@ -346,6 +346,47 @@ class CTranslate2Seq2SeqLM:
         )
         return [result.log_probs[: len(ids)] for result, ids in zip(results, outputs)]
 
+    def cross_attention(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, sequences: torch.Tensor
+    ) -> torch.Tensor:
+        """The encoder-decoder attention behind the outputs `sequences` (decoder start token first, as
+        `generate()` returns them), as `alignment.cross_attention` gives it: [batch, target, source], row t
+        for the step that produced `sequences[:, t + 1]`. CTranslate2 decodes each output as a forced
+        prefix and returns the attention of the layer and heads its export chose (`alignment` in the
+        export info: `alignment.alignment_layer`'s, heads averaged)."""
+        if "alignment" not in self.info:
+            raise ValueError(
+                "This CTranslate2 export returns the attention of one head, not the alignment layer's "
+                "average: export the model again (vanilla-transformer export --to ctranslate2) to align."
+            )
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.info["pad_token_id"])
+        sources = [
+            [self.source_tokens[i] for i in ids[mask.bool()].tolist()]
+            for ids, mask in zip(input_ids, attention_mask)
+        ]
+        end, pad = self.target_ids[self.end_token], self.info["pad_token_id"]
+        prefixes = []
+        for row in sequences[:, 1:].tolist():
+            row = row[: row.index(end)] if end in row else [token for token in row if token != pad]
+            prefixes.append([self.target_tokens[i] for i in row])
+        results = self._run(
+            self.translator.translate_batch,
+            sources,
+            target_prefix=prefixes,
+            beam_size=1,
+            max_decoding_length=1 + max(map(len, prefixes)),
+            max_input_length=0,
+            use_vmap=False,
+            return_attention=True,
+        )
+        attention = torch.zeros(len(sources), sequences.shape[1] - 1, input_ids.shape[1])
+        for row, (result, source) in enumerate(zip(results, sources)):
+            weights = torch.tensor(result.attention[0], dtype=torch.float32)
+            rows = min(weights.shape[0], attention.shape[1])
+            attention[row, :rows, : len(source)] = weights[:rows, : len(source)]
+        return attention
+
     @staticmethod
     def _run(method: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[Any]:
         """A CTranslate2 `method` call, with a missing CUDA library said in one line."""
@@ -367,6 +408,7 @@ class CTranslate2Engine(Engine):
     compute_types: ClassVar[tuple[str, ...]] = CTRANSLATE2_COMPUTE_TYPES
     n_best: ClassVar[bool] = True
     scores: ClassVar[bool] = True
+    alignments: ClassVar[bool] = True
     exportable: ClassVar[bool] = True
     export_options: ClassVar[tuple[str, ...]] = ("quantization", "shortlist_from", "shortlist_size")
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from ..alignment import alignment_layer
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .common import ExportError, ExportSource, _prepare_output, _save_companions, require_packages
@@ -128,6 +129,9 @@ def ctranslate2_spec(
         pre_norm=False,
         activation=activation,
         head_dim=config.decoder_head_dims[0],
+        # The attention CTranslate2 returns for alignments: `alignment.alignment_layer`'s, all heads averaged.
+        alignment_layer=alignment_layer(config.decoder_layers),
+        alignment_heads=config.decoder_attention_heads,
     )
     encoder, decoder = model.get_encoder(), model.get_decoder()
     _set_stack(encoder_spec, encoder)
@@ -220,6 +224,11 @@ def export_ctranslate2(
         shortlist.write(out / VMAP_FILE)
         shortlist_info = {"always": len(shortlist.always), "source_tokens": len(shortlist.candidates)}
     _save_companions(
-        source, out, "ctranslate2", quantization=quantization or "float32", shortlist=shortlist_info
+        source,
+        out,
+        "ctranslate2",
+        quantization=quantization or "float32",
+        shortlist=shortlist_info,
+        alignment={"layer": alignment_layer(config.decoder_layers), "heads": config.decoder_attention_heads},
     )
     return out
