@@ -537,3 +537,27 @@ def test_the_documented_curl_examples_work(translator: Translator) -> None:
             assert result.returncode == 0, (command, result.stderr)
             answer = json.loads(result.stdout)
             assert answer and "error" not in answer, (command, result.stdout)
+
+
+# The load test
+
+
+@pytest.mark.slow
+def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(model_dir: Path, tmp_path: Path) -> None:
+    """benchmarks/bench_serve.py --quick: every answer under load, with faults mixed in, is the sentence's
+    own translation; oversize requests are 413, malformed ones 422, and bursts get answers or 503s."""
+    data = tmp_path / "sentences.txt"
+    data.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
+    output = tmp_path / "results.json"
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "bench_serve.py"), "--model", str(model_dir)]
+    command += ["--data", str(data), "--quick", "--threads", "1", "--output", str(output)]
+    subprocess.run(command, check=True, timeout=600, capture_output=True)
+    result = json.loads(output.read_text())
+    assert result["answers"] == {"mixed_up": 0, "garbled": 0, "lost": 0, "examples": []}
+    for run in [*result["unbatched"]["rounds"], *result["batched"]["rounds"], result["main"]]:
+        assert run["correct"] == run["answered"] > 0 and run["errors"] == 0
+    seen = result["faults"]["faults"]
+    assert set(seen["oversize"]) == {"413"} and set(seen["malformed"]) == {"422"}
+    assert set(seen["burst"]) <= {"200 correct", "503"}
+    assert result["faults"]["wellformed"]["correct"] == result["faults"]["wellformed"]["answered"] > 0
+    assert result["healthy_after_faults"] and result["unbatched"]["mean_requests_per_batch"] == 1

@@ -27,6 +27,7 @@ COMMANDS = {
     "average": ("average", "average the parameters of a run's last checkpoints (Section 6.1)"),
     "convert": ("convert", "convert a Marian (opus-mt) or fairseq checkpoint into this package's format"),
     "export": ("export", "export a model for CTranslate2 or ONNX Runtime"),
+    "serve": ("serve", "serve translations over HTTP: LibreTranslate's API, a native one and a web page"),
     "push": ("push", "publish a model, its code and its model card on the Hugging Face Hub"),
     "chatbot": ("chatbot", "train the Korean chatbot of the Keras tutorial, evaluate it, or talk to it"),
 }

@@ -13,6 +13,7 @@ when the queue is full.
 """
 
 import asyncio
+import copy
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -27,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from .. import sentence_splitting
 from ..engines import Translator
@@ -54,7 +56,7 @@ class ServerSettings:
     target_lang: str
     limits: Limits = field(default_factory=Limits)
     api_keys: ApiKeys = field(default_factory=ApiKeys)
-    max_batch_tokens: int = 2048
+    max_batch_tokens: int = 256
     max_wait_ms: float = 10.0
     max_queue: int = 256
     batching: bool = True
@@ -78,6 +80,10 @@ def translator_decode(translator: Translator, language: str) -> Decode:
     return decode
 
 
+class ClientGone(Exception):
+    """The client went away before its request was read or translated."""
+
+
 def _form_fields(body: bytes) -> dict[str, Any]:
     """A form body's fields: a repeated `q` is a list of texts, any other field its first value."""
     fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
@@ -96,10 +102,13 @@ async def read_fields(request: Request, limits: Limits, form: bool = False) -> d
     if declared.isdigit() and int(declared) > cap:
         raise Refusal(413, f"a body of {declared} bytes; send at most {cap}.", "max_body_bytes", cap)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > cap:
-            raise Refusal(413, f"a body over {cap} bytes; send at most {cap}.", "max_body_bytes", cap)
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > cap:
+                raise Refusal(413, f"a body over {cap} bytes; send at most {cap}.", "max_body_bytes", cap)
+    except ClientDisconnect:
+        raise ClientGone from None
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     try:
         data = _form_fields(bytes(body)) if form and content_type == FORM else json.loads(body)
@@ -134,12 +143,11 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-class ClientGone(Exception):
-    """The client went away before its translations were ready."""
-
-
 def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     """The server's app: `translator` behind a `Batcher`, which starts and stops with the app."""
+    # Requests are measured in tokens on the event loop while the worker tokenizes its batch: each thread
+    # has its own tokenizer, as a fast tokenizer's settings are not to be changed by two threads at once.
+    counter = copy.deepcopy(translator.tokenizer)
     batcher = Batcher(
         translator_decode(translator, settings.source_lang),
         max_batch_tokens=settings.max_batch_tokens,
@@ -217,7 +225,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
                 raise Refusal(400, str(error)) from None
         if not segments:
             return []
-        lengths = [len(ids) for ids in translator.tokenizer(segments, add_special_tokens=True)["input_ids"]]
+        lengths = [len(ids) for ids in counter(segments, add_special_tokens=True)["input_ids"]]
         job = batcher.submit(segments, lengths, options)
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
@@ -319,7 +327,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
 
     @app.get("/v1/stats", summary="What the batches so far held")
     async def stats() -> dict:
-        return {**batcher.stats.as_dict(), "queued": batcher.queued, "decoding": batcher.running}
+        return batcher.stats_dict()
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:

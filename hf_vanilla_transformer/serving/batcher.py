@@ -117,7 +117,7 @@ class Batcher:
         self,
         decode: Decode,
         *,
-        max_batch_tokens: int = 2048,
+        max_batch_tokens: int = 256,
         max_wait_s: float = 0.01,
         max_queue: int = 256,
         batching: bool = True,
@@ -153,6 +153,11 @@ class Batcher:
         with self._condition:
             return sum(not job.cancelled for job in [*self._queue, *self._gathering])
 
+    def stats_dict(self) -> dict:
+        """`BatchStats.as_dict`, with the requests waiting (`queued`) and decoding now."""
+        with self._condition:
+            return {**self.stats.as_dict(), "queued": self.queued, "decoding": self.running}
+
     def retry_after(self) -> int:
         """Whole seconds the queue should take to drain at the recent throughput (at least 1)."""
         rate = self.stats.segments_per_second()
@@ -180,9 +185,9 @@ class Batcher:
         job.cancelled = True
 
     def _next_batch(self) -> list[Job] | None:
-        """The next batch: the oldest waiting request, then those behind it while the batch stays within
-        the token budget, waiting for more until `max_wait_s` after the first arrived. None: closing and
-        nothing is left."""
+        """The next batch: the oldest waiting request, then the waiting requests nearest to it in length
+        while the batch stays within the token budget, waiting for more until `max_wait_s` after the first
+        arrived. None: closing and nothing is left."""
         with self._condition:
             batch: list[Job] = []
             while not batch:
@@ -200,18 +205,29 @@ class Batcher:
             while self.batching:
                 while not self._queue and not self._closing and (left := deadline - time.monotonic()) > 0:
                     self._condition.wait(left)
-                if not self._queue:
+                if not self._queue or not self._add_nearest(batch):
                     break
-                job = self._queue[0]
-                if job.cancelled:
-                    self._queue.popleft()
-                    self.stats.dropped += 1
-                    continue
-                if padded_tokens([*batch, job]) > self.max_batch_tokens:
-                    break
-                batch.append(self._queue.popleft())
             self._gathering = []
             return batch
+
+    def _add_nearest(self, batch: list[Job]) -> bool:
+        """Move into `batch` the waiting requests nearest in length to its first, nearest first, each that
+        keeps it within the token budget (and drop those whose clients went away); whether any moved.
+
+        Requests of like length pad little, as sorting a file by length does: under load a batch of the
+        oldest request and its nearest in length decodes faster than one of the next in line. The oldest
+        request always starts the next batch, so none waits behind more than the requests older than it."""
+        for job in [job for job in self._queue if job.cancelled]:
+            self._queue.remove(job)
+            self.stats.dropped += 1
+        anchor = max(batch[0].lengths, default=0)
+        added = False
+        for job in sorted(self._queue, key=lambda job: abs(max(job.lengths, default=0) - anchor)):
+            if padded_tokens([*batch, job]) <= self.max_batch_tokens:
+                self._queue.remove(job)
+                batch.append(job)
+                added = True
+        return added
 
     def _work(self) -> None:
         while (batch := self._next_batch()) is not None:
@@ -229,7 +245,8 @@ class Batcher:
                     except Exception as error:
                         _deliver(job, error=error)
             seconds = time.monotonic() - started
-            self.stats.add(batch, seconds)
+            with self._condition:  # read from the event loop's thread (retry_after, stats_dict)
+                self.stats.add(batch, seconds)
             self.running = 0
             logger.debug(
                 "batch of %d requests, %d segments, %d padded tokens: %.3f s",

@@ -1,0 +1,500 @@
+"""The translation server under a bounded local load: throughput, latency, errors and memory of
+`vanilla-transformer serve`, every answer checked, batching across requests against one request a batch,
+and faults mixed into the load.
+
+    python benchmarks/bench_serve.py --model runs/demo/model
+    python benchmarks/bench_serve.py --model runs/demo/model --threads 1 --budgets 128 256 512 1024 2048
+    python benchmarks/bench_serve.py --model MODEL --data FILE --quick     # seconds: what the tests run
+
+Each sentence of `--data` (default: Multi30k's test_2016_flickr.en) is first translated alone by the
+library (`Translator.translate` one sentence at a time): every answer the server gives under load must be
+exactly that. An answer that is another sentence's translation is counted as mixed up, any other
+difference as garbled, a request without an answer as lost. The same sentences translated as a file
+(`Translator.translate`, batches of 64 sorted by length: what `vanilla-transformer translate` does once the
+model is loaded) are the ceiling.
+
+The load: asyncio clients on the loopback interface, each sending one sentence (LibreTranslate's
+`POST /translate`) and the next once it is answered, for a bounded time. Runs:
+- `--compare-clients` (32) clients against the server batching across requests and against the same server
+  with `--no-batching` (one request a batch): `--rounds` paired rounds of `--compare-seconds` each, the two
+  servers in alternating order (on a machine shared with other jobs, throughput drifts between minutes; the
+  ratio of two runs seconds apart drifts less); with `--budgets`, a run against a server with each of those
+  `--max-batch-tokens`;
+- `--clients` (64) clients for `--seconds` against the batching server: sentences/s, source and target
+  tokens/s, p50/p95/p99 latency, errors, the batches' sizes, the server's peak resident memory;
+- faults, for `--fault-seconds`, against the batching server while 16 clients keep sending well-formed
+  requests: clients that hang up mid-request, requests over the character limit (413) and malformed
+  (422), and bursts of requests that fill the queue (503 with Retry-After). The well-formed answers must
+  stay correct, and the server's resident memory must return to its level after the load (its baseline).
+
+Runs on this machine only: the server listens on a free port of 127.0.0.1.
+"""
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import httpx  # noqa: E402
+import psutil  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine_line, write_result  # noqa: E402
+
+from hf_vanilla_transformer.engines import load_translator  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+MULTI30K_TEST = REPO.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    """`vanilla-transformer serve` in a subprocess on a free port of 127.0.0.1, with its memory sampled."""
+
+    def __init__(self, model: str, *args: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", model]
+        command += ["--port", str(self.port), "--log-level", "warning", *args]
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        deadline = time.monotonic() + 300
+        while True:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the server exited: {self.process.stderr.read()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the server did not come up in 300 s") from None
+                time.sleep(0.2)
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def rss(self) -> int:
+        return psutil.Process(self.process.pid).memory_info().rss
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_rss = max(self.peak_rss, self.rss())
+            time.sleep(0.05)
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/v1/stats", timeout=10).json()
+
+    def stop(self) -> int:
+        self._stop.set()
+        self.process.terminate()
+        self.process.communicate(timeout=120)
+        return self.process.returncode
+
+
+class Checker:
+    """Checks answers against the sentences translated alone, and counts what is wrong."""
+
+    def __init__(self, references: dict[str, str]):
+        self.references = references
+        self.by_translation = {}
+        for source, translation in references.items():
+            self.by_translation.setdefault(translation, set()).add(source)
+        self.mixed_up = self.garbled = 0
+        self.examples: list[dict] = []
+
+    def check(self, source: str, answer: str) -> bool:
+        if answer == self.references[source]:
+            return True
+        if answer in self.by_translation:
+            self.mixed_up += 1
+        else:
+            self.garbled += 1
+        if len(self.examples) < 5:
+            self.examples.append({"source": source, "answer": answer, "alone": self.references[source]})
+        return False
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def translate_body(source: str, target: str, text: str) -> dict:
+    return {"q": text, "source": source, "target": target}
+
+
+async def load(
+    url: str,
+    sentences: list[str],
+    checker: Checker,
+    languages: tuple[str, str],
+    clients: int,
+    seconds: float,
+    lengths: dict[str, tuple[int, int]],
+) -> dict:
+    """`clients` clients, each sending the next sentence once its last is answered, for `seconds`."""
+    latencies: list[float] = []
+    counts = {"sent": 0, "answered": 0, "correct": 0, "errors": 0, "lost": 0}
+    tokens = [0, 0]
+    statuses: dict[str, int] = {}
+    order = iter(range(10**9))
+    stop_at = time.monotonic() + seconds
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            text = sentences[next(order) % len(sentences)]
+            counts["sent"] += 1
+            started = time.monotonic()
+            try:
+                response = await http.post(f"{url}/translate", json=translate_body(*languages, text))
+            except httpx.HTTPError:
+                counts["lost"] += 1
+                continue
+            latencies.append(time.monotonic() - started)
+            statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
+            if response.status_code != 200:
+                counts["errors"] += 1
+                continue
+            counts["answered"] += 1
+            if checker.check(text, response.json()["translatedText"]):
+                counts["correct"] += 1
+                tokens[0] += lengths[text][0]
+                tokens[1] += lengths[text][1]
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(120)) as http:
+        started = time.monotonic()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        elapsed = time.monotonic() - started
+    return {
+        "clients": clients,
+        "seconds": round(elapsed, 2),
+        **counts,
+        "statuses": statuses,
+        "sentences_per_s": round(counts["correct"] / elapsed, 2),
+        "source_tokens_per_s": round(tokens[0] / elapsed, 1),
+        "target_tokens_per_s": round(tokens[1] / elapsed, 1),
+        "latency_ms": {
+            name: round(1000 * value, 1) if value is not None else None
+            for name, value in (
+                ("p50", percentile(latencies, 0.50)),
+                ("p95", percentile(latencies, 0.95)),
+                ("p99", percentile(latencies, 0.99)),
+                ("max", max(latencies, default=None)),
+            )
+        },
+    }
+
+
+def overall(runs: list[dict]) -> dict:
+    """Sentences and tokens a second over several runs together, and their requests per batch."""
+    seconds = sum(run["seconds"] for run in runs)
+    batches = sum(run["batches"] for run in runs)
+    figures = {
+        key: round(sum(run[key] * run["seconds"] for run in runs) / seconds, 2)
+        for key in ("sentences_per_s", "source_tokens_per_s", "target_tokens_per_s")
+    }
+    requests = sum(run["answered"] + run["errors"] for run in runs)
+    return {**figures, "seconds": round(seconds, 2), "mean_requests_per_batch": round(requests / batches, 2)}
+
+
+def batch_sizes(before: dict, after: dict) -> dict:
+    """The batches between two /v1/stats readings: how many, and requests per batch."""
+    batches = after["batches"] - before["batches"]
+    requests = after["requests"] - before["requests"]
+    return {
+        "batches": batches,
+        "mean_requests_per_batch": round(requests / batches, 2) if batches else None,
+        "max_requests_in_batch": after["max_requests_in_batch"],
+    }
+
+
+async def faults(
+    server: Server,
+    sentences: list[str],
+    checker: Checker,
+    languages: tuple[str, str],
+    seconds: float,
+    max_characters: int,
+    lengths: dict[str, tuple[int, int]],
+    burst: int,
+) -> dict:
+    """Well-formed load from 16 clients while clients hang up, send oversize and malformed requests, and
+    bursts fill the queue."""
+    url = server.url
+    seen: dict[str, dict[str, int]] = {}
+    stop_at = time.monotonic() + seconds
+    rng = random.Random(0)
+
+    def count(kind: str, outcome: str) -> None:
+        seen.setdefault(kind, {})
+        seen[kind][outcome] = seen[kind].get(outcome, 0) + 1
+
+    async def hang_up(http: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            text = rng.choice(sentences)
+            try:  # gives up after 5-50 ms: the server sees the connection close mid-request
+                response = await http.post(
+                    f"{url}/translate",
+                    json=translate_body(*languages, text),
+                    timeout=httpx.Timeout(rng.uniform(0.005, 0.05)),
+                )
+                count("hang_up", f"{response.status_code} before hanging up")
+            except httpx.TimeoutException:
+                count("hang_up", "hung up")
+            await asyncio.sleep(0.01)
+
+    async def oversize(http: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            text = "a " * (max_characters // 2 + 10)
+            response = await http.post(f"{url}/translate", json=translate_body(*languages, text))
+            count("oversize", str(response.status_code))
+            await asyncio.sleep(0.05)
+
+    async def malformed(http: httpx.AsyncClient) -> None:
+        bodies = [b"{not json", b'{"q": 5, "source": "en", "target": "de"}', b"[" * 3000, b"\xff\xfe"]
+        while time.monotonic() < stop_at:
+            response = await http.post(f"{url}/translate", content=rng.choice(bodies))
+            count("malformed", str(response.status_code))
+            await asyncio.sleep(0.05)
+
+    async def bursts(http: httpx.AsyncClient) -> None:
+        retry_after: list[int] = []
+        while time.monotonic() < stop_at:
+            texts = [rng.choice(sentences) for _ in range(burst)]
+            responses = await asyncio.gather(
+                *(http.post(f"{url}/translate", json=translate_body(*languages, t)) for t in texts),
+                return_exceptions=True,
+            )
+            for text, response in zip(texts, responses):
+                if isinstance(response, Exception):
+                    count("burst", "lost")
+                elif response.status_code == 200:
+                    ok = checker.check(text, response.json()["translatedText"])
+                    count("burst", "200 correct" if ok else "200 wrong")
+                else:
+                    count("burst", str(response.status_code))
+                    if response.status_code == 503:
+                        retry_after.append(int(response.headers["Retry-After"]))
+            await asyncio.sleep(1)
+        seen["burst_retry_after_s"] = {"min": min(retry_after, default=0), "max": max(retry_after, default=0)}
+
+    limits = httpx.Limits(max_connections=burst + 64)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(300)) as http:
+        wellformed, *_ = await asyncio.gather(
+            load(url, sentences, checker, languages, 16, seconds, lengths),
+            *(hang_up(http) for _ in range(4)),
+            oversize(http),
+            malformed(http),
+            bursts(http),
+        )
+    return {"wellformed": wellformed, "faults": seen}
+
+
+def reference_translations(model: str, sentences: list[str]) -> tuple[dict[str, str], dict]:
+    """Each distinct sentence translated alone, and the same sentences translated as a file (the ceiling)."""
+    translator = load_translator(model)
+    distinct = list(dict.fromkeys(sentences))
+    started = time.monotonic()
+    alone = {text: translator.translate([text], batch_size=1)[0] for text in distinct}
+    alone_seconds = time.monotonic() - started
+    started = time.monotonic()
+    as_file = translator.translate(sentences, batch_size=64)
+    file_seconds = time.monotonic() - started
+    tokenizer = translator.target_tokenizer or translator.tokenizer
+    source_tokens = sum(
+        len(translator.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in sentences
+    )
+    target_tokens = sum(len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in as_file)
+    ceiling = {
+        "one_at_a_time_sentences_per_s": round(len(distinct) / alone_seconds, 2),
+        "file_sentences_per_s": round(len(sentences) / file_seconds, 2),
+        "file_source_tokens_per_s": round(source_tokens / file_seconds, 1),
+        "file_target_tokens_per_s": round(target_tokens / file_seconds, 1),
+        "file_answers_differing_from_alone": sum(a != alone[t] for t, a in zip(sentences, as_file)),
+    }
+    return alone, ceiling
+
+
+def token_lengths(model: str, references: dict[str, str]) -> dict[str, tuple[int, int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    return {
+        text: (
+            len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+            len(tokenizer(translation, add_special_tokens=False)["input_ids"]),
+        )
+        for text, translation in references.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=str(REPO / "runs" / "demo" / "model"), help="model folder")
+    parser.add_argument("--data", default=str(MULTI30K_TEST), help="sentences to send, one a line")
+    parser.add_argument("--source-lang", default="en", help="the model's source language")
+    parser.add_argument("--target-lang", default="de", help="the model's target language")
+    parser.add_argument("--clients", type=int, default=64, help="clients of the main run")
+    parser.add_argument("--seconds", type=float, default=60, help="length of the main run")
+    parser.add_argument("--compare-clients", type=int, default=32, help="clients of the batching comparison")
+    parser.add_argument(
+        "--compare-seconds", type=float, default=10, help="length of each comparison run (each round has two)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="paired rounds of the batching comparison")
+    parser.add_argument("--fault-seconds", type=float, default=30, help="length of the run with faults")
+    parser.add_argument("--burst", type=int, default=300, help="requests sent at once to fill the queue")
+    parser.add_argument("--max-queue", type=int, default=128, help="the server's --max-queue")
+    parser.add_argument(
+        "--max-batch-tokens", type=int, help="the server's --max-batch-tokens (default: its own)"
+    )
+    parser.add_argument("--max-wait-ms", type=float, help="the server's --max-wait-ms (default: its own)")
+    parser.add_argument("--threads", type=int, help="the server's --threads")
+    parser.add_argument(
+        "--budgets",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also run the comparison's load against a server with each of these --max-batch-tokens",
+    )
+    parser.add_argument("--quick", action="store_true", help="2-3 s runs, few clients: a smoke test")
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results_serve.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.clients, args.seconds, args.compare_clients, args.compare_seconds, args.rounds = 8, 3, 8, 2, 1
+        args.fault_seconds, args.burst, args.max_queue = 3, 40, 8
+
+    sentences = [line for line in Path(args.data).read_text(encoding="utf-8").splitlines() if line.strip()]
+    languages = (args.source_lang, args.target_lang)
+    if args.threads:  # the references decode with the server's threads: the same products, the same sums
+        torch.set_num_threads(args.threads)
+    print(f"translating {len(sentences)} sentences alone and as a file ...", flush=True)
+    references, ceiling = reference_translations(args.model, sentences)
+    lengths = token_lengths(args.model, references)
+    gc.collect()
+    server_args = ["--source-lang", args.source_lang, "--target-lang", args.target_lang]
+    server_args += ["--max-queue", str(args.max_queue)]
+    chosen = {"--max-batch-tokens": args.max_batch_tokens, "--max-wait-ms": args.max_wait_ms}
+    chosen["--threads"] = args.threads
+    server_args += [
+        word for flag, value in chosen.items() if value is not None for word in (flag, str(value))
+    ]
+    result: dict = {
+        "machine": machine_line(),
+        "command": "python benchmarks/bench_serve.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "model": args.model,
+        "data": args.data,
+        "sentences": len(sentences),
+        "server_options": server_args,
+        "ceiling": ceiling,
+    }
+    checker = Checker(references)
+
+    runs: list[dict] = []
+
+    def measured(server: Server, clients: int, seconds: float) -> dict:
+        """One load run against `server`, with the batches it ran meanwhile."""
+        before = server.stats()
+        run = asyncio.run(load(server.url, sentences, checker, languages, clients, seconds, lengths))
+        runs.append(run)
+        return {**run, **batch_sizes(before, server.stats())}
+
+    result["budgets"] = {}
+    for budget in args.budgets:
+        print(f"batching across requests, --max-batch-tokens {budget} ...", flush=True)
+        server = Server(args.model, *server_args, "--max-batch-tokens", str(budget))
+        result["budgets"][str(budget)] = measured(server, args.compare_clients, args.compare_seconds)
+        server.stop()
+
+    print(
+        f"batching against one request a batch (--no-batching), {args.rounds} paired rounds ...", flush=True
+    )
+    unbatched = Server(args.model, *server_args, "--no-batching")
+    server = Server(args.model, *server_args)
+    rss_idle = server.rss()
+    rounds: dict[str, list[dict]] = {"unbatched": [], "batched": []}
+    for index in range(args.rounds):
+        pair = [("unbatched", unbatched), ("batched", server)]
+        for name, target in pair if index % 2 == 0 else pair[::-1]:
+            rounds[name].append(measured(target, args.compare_clients, args.compare_seconds))
+    unbatched.stop()
+    for name, measured_rounds in rounds.items():
+        result[name] = {"rounds": measured_rounds, **overall(measured_rounds)}
+    speedups = [
+        b["sentences_per_s"] / u["sentences_per_s"] for u, b in zip(rounds["unbatched"], rounds["batched"])
+    ]
+    result["batching_speedups"] = [round(speedup, 2) for speedup in speedups]
+    result["batching_speedup"] = round(statistics.median(speedups), 2)
+
+    print(f"{args.clients} clients for {args.seconds:g} s ...", flush=True)
+    result["main"] = {
+        **measured(server, args.clients, args.seconds),
+        "server_peak_rss_mb": server.peak_rss >> 20,
+    }
+    time.sleep(2)
+    rss_baseline = server.rss()
+
+    print(f"faults for {args.fault_seconds:g} s ...", flush=True)
+    info = httpx.get(f"{server.url}/v1/info", timeout=10).json()
+    result["faults"] = asyncio.run(
+        faults(
+            server,
+            sentences,
+            checker,
+            languages,
+            args.fault_seconds,
+            info["limits"]["max_characters"],
+            lengths,
+            args.burst,
+        )
+    )
+    time.sleep(2)
+    rss_after = server.rss()
+    result["memory_mb"] = {
+        "idle_after_start": rss_idle >> 20,
+        "baseline_after_load": rss_baseline >> 20,
+        "after_faults": rss_after >> 20,
+        "peak": server.peak_rss >> 20,
+    }
+    result["server_stats"] = {key: value for key, value in server.stats().items() if key != "recent_batches"}
+    health = httpx.get(f"{server.url}/health", timeout=10)
+    result["healthy_after_faults"] = health.status_code == 200
+    result["server_exit_status"] = server.stop()
+    result["answers"] = {
+        "mixed_up": checker.mixed_up,
+        "garbled": checker.garbled,
+        "lost": sum(run["lost"] for run in runs) + result["faults"]["wellformed"]["lost"],
+        "examples": checker.examples,
+    }
+    print(
+        json.dumps(
+            {key: result[key] for key in ("ceiling", "batching_speedup", "answers", "memory_mb")}, indent=1
+        )
+    )
+    write_result(result, args.output)
+
+
+if __name__ == "__main__":
+    main()
