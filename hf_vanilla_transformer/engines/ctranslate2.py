@@ -8,9 +8,10 @@ says what it refuses). Its `generate()` runs CTranslate2's own search with the n
 - CTranslate2 divides scores by |Y|^alpha only; the beam-size hypotheses it returns are re-ranked by the
   requested penalty, the GNMT ((5 + |Y|) / 6)^alpha or transformers' |Y|^alpha, with |Y| counted as
   transformers counts it (`CTranslate2Options.rank`);
-- `max_decoding_length` is one number per call, so the inputs of each length go in a call of their own with
-  input length + 50 tokens; CTranslate2 keeps the last of them where transformers forces the end token after
-  it, so the tokens are the same.
+- `max_decoding_length` is one number per call: a batch is decoded with its longest input's limit (input
+  length + 50 tokens), and the inputs whose outputs reach their own limit are decoded again with it, in one
+  call per limit; CTranslate2 keeps the last token where transformers forces the end token after it, so the
+  tokens are the same.
 
 The two searches can still part where hypotheses reach the length limit, or where more than beam-size
 hypotheses finish in the last step and the best by the requested penalty is not among CTranslate2's
@@ -288,18 +289,22 @@ class CTranslate2Seq2SeqLM:
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **overrides: Any
     ) -> torch.LongTensor:
         """Translate a batch of token ids with CTranslate2's search (`ctranslate2_options`). With the
-        paper's length rule, inputs of each length go in one call, with their own limit."""
+        paper's length rule, the batch goes in one call with its longest limit, and the inputs whose outputs
+        reach their own limit again with theirs."""
         if attention_mask is None:
             attention_mask = input_ids.ne(self.info["pad_token_id"])
         rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
         positions = self.info["positions"]
         check_source_lengths([len(row) for row in rows], positions)
         options = ctranslate2_options(self.generation_config, overrides, self.target_tokens)
-        groups: dict[int, list[int]] = {}
-        for index, row in enumerate(rows):
-            groups.setdefault(options.max_decoding_length(len(row), positions), []).append(index)
+        limits = [options.max_decoding_length(len(row), positions) for row in rows]
         outputs: list[list[list[int]]] = [[] for _ in rows]
-        for max_length, members in groups.items():
+        # One call with the batch's longest limit: an output that ends before its own limit is what a call
+        # with that limit gives (the search never reached it). The others are decoded again, each input
+        # with its own limit, in one call per limit.
+        pending = {max(limits): list(range(len(rows)))}
+        while pending:
+            max_length, members = pending.popitem()
             results = self._run(
                 self.translator.translate_batch,
                 [[self.source_tokens[i] for i in rows[member]] for member in members],
@@ -314,6 +319,9 @@ class CTranslate2Seq2SeqLM:
                 return_end_token=True,
             )
             for member, result in zip(members, results):
+                if limits[member] < max_length and max(map(len, result.hypotheses)) >= limits[member]:
+                    pending.setdefault(limits[member], []).append(member)
+                    continue
                 scored = list(zip(result.hypotheses, result.scores))
                 if not options.sampling:
                     scored.sort(key=lambda pair: -options.rank(pair[0], pair[1], self.end_token))
