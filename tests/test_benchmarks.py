@@ -152,3 +152,11 @@ def test_bench_loss_quick_gives_torchs_loss_and_gradient(tmp_path):
     assert chunked["loss_rel_diff"] < 1e-5
     assert chunked["grad_max_abs_diff"] <= 2**-8
     assert all(row["ms"] > 0 for row in result["losses"].values())
+
+
+def test_bench_stream_quick_translates_every_line_and_samples_memory(tmp_path):
+    result = run("bench_stream.py", tmp_path)
+    assert [r["lines"] for r in result["runs"]] == [2000, 8000]
+    for measured in result["runs"]:
+        assert measured["one_output_line_per_input_line"] and measured["output_lines"] == measured["lines"]
+        assert 0 < measured["rss_mib_at_10_percent"] <= measured["peak_rss_mib"]

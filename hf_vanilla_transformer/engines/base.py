@@ -28,11 +28,11 @@ class Engine(ABC):
     """One way to run this package's models: how a folder is loaded for it (`load`), how a model is exported
     for it (`export`, where it reads a format of its own), and what it supports.
 
-    `load` returns what `translation.translate` decodes with: a model whose `generate(input_ids,
-    attention_mask, **overrides)` returns token ids as transformers' does. The capability flags say what that
-    `generate()` gives besides the best output: `n_best` (several outputs per input, `num_return_sequences`),
-    `scores` (each hypothesis' log-probability, by forced decoding: `scoring.token_log_probs`) and
-    `alignments` (word alignments from the attention over the input, `alignment.align`).
+    `load` returns what `translation.translate_n_best` decodes with: a model whose `generate(input_ids,
+    attention_mask, **overrides)` returns token ids as transformers' does, n best (`num_return_sequences`)
+    and samples (`do_sample`) included, and whose log-probabilities of given outputs `scoring.token_log_probs`
+    computes (by forced decoding). `alignments` says whether it gives the encoder-decoder attention that
+    `alignment.align` aligns words with.
     """
 
     # The name `--engine` and `--to` take, and the export info records.
@@ -42,11 +42,7 @@ class Engine(ABC):
     # Where it decodes ("cpu", "cuda"), and the compute types it takes (none: it has no such setting).
     devices: ClassVar[tuple[str, ...]]
     compute_types: ClassVar[tuple[str, ...]] = ()
-    n_best: ClassVar[bool] = False
-    scores: ClassVar[bool] = False
     alignments: ClassVar[bool] = False
-    # Whether it scores given translations (forced decoding, `scoring.score_pairs`).
-    scoring: ClassVar[bool] = True
     # Whether `translate --int8` may quantize the loaded model (torch's dynamic int8 quantization).
     dynamic_int8: ClassVar[bool] = False
     # Whether it reads a folder that `export` writes (not a model saved by `save_pretrained`), and the

@@ -414,8 +414,6 @@ class CTranslate2Engine(Engine):
     title: ClassVar[str] = "CTranslate2"
     devices: ClassVar[tuple[str, ...]] = CTRANSLATE2_DEVICES
     compute_types: ClassVar[tuple[str, ...]] = CTRANSLATE2_COMPUTE_TYPES
-    n_best: ClassVar[bool] = True
-    scores: ClassVar[bool] = True
     alignments: ClassVar[bool] = True
     exportable: ClassVar[bool] = True
     export_options: ClassVar[tuple[str, ...]] = ("quantization", "shortlist_from", "shortlist_size")

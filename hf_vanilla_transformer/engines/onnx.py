@@ -180,8 +180,6 @@ class OnnxEngine(Engine):
     name: ClassVar[str] = "onnx"
     title: ClassVar[str] = "ONNX Runtime"
     devices: ClassVar[tuple[str, ...]] = ("cpu",)
-    n_best: ClassVar[bool] = True
-    scores: ClassVar[bool] = True
     exportable: ClassVar[bool] = True
 
     def load(self, name_or_path: str | Path, options: LoadOptions) -> OnnxSeq2SeqLM:

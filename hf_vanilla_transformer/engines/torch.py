@@ -17,8 +17,6 @@ class TorchEngine(Engine):
     name: ClassVar[str] = "torch"
     title: ClassVar[str] = "PyTorch"
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
-    n_best: ClassVar[bool] = True
-    scores: ClassVar[bool] = True
     alignments: ClassVar[bool] = True
     dynamic_int8: ClassVar[bool] = True
 
