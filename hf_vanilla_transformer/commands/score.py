@@ -17,15 +17,12 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-import torch
-
 from .. import text_lines
 from ..cli import ArgumentParser, check_writable, positive_int, refusals_in_one_line, run_command
-from ..engines import ENGINES, detect_engine, get_engine, load_translator
 from ..scoring import PairScore, check_pairs, score_pairs
+from .translate import add_engine_arguments, command_engine, load_command_translator
 
 STANDARD_STREAM = "-"
-DEVICES = ("auto", "cpu", "cuda")
 OUTPUT_FORMATS = ("text", "jsonl")
 
 
@@ -44,19 +41,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         help="text: total and mean log-probability, tab-separated; jsonl: log_prob, tokens and per_token",
     )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="pairs scored at a time")
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        help="torch, or the engine of a folder written by `vanilla-transformer export` (default: the "
-        "folder's)",
-    )
-    parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="auto",
-        help="where the model runs; auto: cuda when torch finds a GPU, else cpu (cpu for the exported "
-        "engines; a CTranslate2 export scores on the GPU with cuda, an ONNX one on the CPU only)",
-    )
+    add_engine_arguments(parser, "scores")
     return parser
 
 
@@ -102,19 +87,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     with refusals_in_one_line(parser):  # a blank line, refused before the model loads
         check_pairs(sources, targets)
 
-    with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
-        engine = get_engine(args.engine or detect_engine(args.model))
-    if args.device != "auto" and args.device not in engine.devices:
-        parser.error(
-            f"--device {args.device}: the {engine.name} engine runs on {engine.device_names()} here; leave "
-            "--device out."
-        )
-    with refusals_in_one_line(parser):
-        device = torch.device(engine.select_device(args.device))
-    try:
-        translator = load_translator(args.model, engine.name, device=str(device))
-    except ValueError as error:
-        parser.error(str(error))
+    translator = load_command_translator(args, parser, command_engine(args, parser))
     with refusals_in_one_line(parser):  # a pair longer than the model's positions
         scores = score_pairs(
             translator.model,

@@ -37,7 +37,15 @@ from ..cli import (
     refusals_in_one_line,
     run_command,
 )
-from ..engines import CTRANSLATE2_COMPUTE_TYPES, ENGINES, Engine, detect_engine, get_engine, load_translator
+from ..engines import (
+    CTRANSLATE2_COMPUTE_TYPES,
+    ENGINES,
+    Engine,
+    Translator,
+    detect_engine,
+    get_engine,
+    load_translator,
+)
 from ..hypotheses import OUTPUT_FORMATS, format_translation
 from ..sentence_splitting import SPLITTER_LANGUAGES
 from ..text_lines import NotUTF8Error, arriving_chunks, count_lines
@@ -78,19 +86,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         type=non_negative_int,
         help="outputs at most this many tokens longer than their input (default: the model's)",
     )
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        help="torch, or the engine of a folder written by `vanilla-transformer export` (default: the "
-        "folder's)",
-    )
-    parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="auto",
-        help="where the model runs; auto: cuda when torch finds a GPU, else cpu (cpu for --int8 and the "
-        "exported engines; a CTranslate2 export decodes on the GPU with cuda, an ONNX one on the CPU only)",
-    )
+    add_engine_arguments(parser, "decodes", " (cpu for --int8)")
     parser.add_argument(
         "--compute-type",
         choices=CTRANSLATE2_COMPUTE_TYPES,
@@ -155,10 +151,66 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     return parser
 
 
+def add_engine_arguments(parser: ArgumentParser, verb: str, int8_note: str = "") -> None:
+    """`--engine` and `--device`, as the commands that run a model (translate, score, serve) take them;
+    `verb` says what the model does there ("decodes"), `int8_note` what --int8 adds."""
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="torch, or the engine of a folder written by `vanilla-transformer export` (default: the "
+        "folder's)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help=f"where the model runs; auto: cuda when torch finds a GPU, else cpu{int8_note} (the exported "
+        f"engines: cpu; a CTranslate2 export {verb} on the GPU with cuda, an ONNX one on the CPU only)",
+    )
+
+
+def command_engine(args: argparse.Namespace, parser: ArgumentParser) -> Engine:
+    """The engine of a command's `--model` and `--engine`, once the device and settings asked for are
+    checked against it (`_device`): a one-line error otherwise, before any input is read."""
+    with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
+        engine = get_engine(args.engine or detect_engine(args.model))
+    _device(args, engine, parser)
+    return engine
+
+
+def load_command_translator(args: argparse.Namespace, parser: ArgumentParser, engine: Engine) -> Translator:
+    """The translator on `engine` that a command's `--model`, `--device` (and where it has them
+    `--compute-type`, `--threads`, `--int8`) ask for, or a one-line error saying why it cannot be had."""
+    device = _device(args, engine, parser)
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        translator = load_translator(
+            args.model,
+            engine.name,
+            device=str(device),
+            threads=threads or 0,
+            compute_type=getattr(args, "compute_type", None) or "default",
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    if getattr(args, "int8", False):
+        translator.model = quantize_int8(translator.model)
+    return translator
+
+
 def _device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) -> torch.device:
     """The device the command translates on, or a one-line error for a device (or compute type) the engine
     cannot use. auto keeps the exported engines on the CPU."""
-    if args.compute_type is not None and not engine.compute_types:
+    compute_type = getattr(args, "compute_type", None)
+    int8 = getattr(args, "int8", False)
+    if int8 and not engine.dynamic_int8:
+        parser.error(
+            "--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8 (CPU) or "
+            "int8_float16 (GPU), or export with --quantization int8."
+        )
+    if compute_type is not None and not engine.compute_types:
         parser.error(
             f"--compute-type sets CTranslate2's compute type, and the {engine.name} engine translates here: "
             "leave it out, or give a CTranslate2 export."
@@ -168,12 +220,12 @@ def _device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) ->
             f"--device {args.device}: the {engine.name} engine runs on {engine.device_names()} here; leave "
             "--device out."
         )
-    if args.device == "cuda" and args.int8:
+    if args.device == "cuda" and int8:
         parser.error("--int8 quantizes for the CPU: leave out --device cuda, or --int8 to decode on the GPU.")
-    if args.int8:
+    if int8:
         return torch.device("cpu")
     with refusals_in_one_line(parser):
-        return torch.device(engine.select_device(args.device, args.compute_type or "default"))
+        return torch.device(engine.select_device(args.device, compute_type or "default"))
 
 
 def _check_output(args: argparse.Namespace, parser: ArgumentParser) -> None:
@@ -259,34 +311,14 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Translate `args.input` into `args.output`, chunk by chunk and in input order."""
     _check_output(args, parser)
     overrides, output_format = _decoding(args, parser)
-    with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
-        engine = get_engine(args.engine or detect_engine(args.model))
-    if args.int8 and not engine.dynamic_int8:
-        parser.error(
-            "--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8 (CPU) or "
-            "int8_float16 (GPU), or export with --quantization int8."
-        )
+    engine = command_engine(args, parser)
     if args.alignments and not engine.alignments:
         parser.error(
             f"--alignments: the {engine.title} engine gives no attention to align with; translate with the "
             "torch or ctranslate2 engine."
         )
-    device = _device(args, engine, parser)
     source, total = _input_stream(args, parser)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    try:
-        translator = load_translator(
-            args.model,
-            engine.name,
-            device=str(device),
-            threads=args.threads or 0,
-            compute_type=args.compute_type or "default",
-        )
-    except ValueError as error:
-        parser.error(str(error))
-    if args.int8:
-        translator.model = quantize_int8(translator.model)
+    translator = load_command_translator(args, parser, engine)
     if "do_sample" in overrides:
         seed_sampling(args.seed)
     scores = output_format != "text"
