@@ -12,12 +12,8 @@ docs/serve.md shows the API with curl.
 import argparse
 import importlib.util
 
-import torch
-
 from ..cli import ArgumentParser, non_negative_float, positive_int, refusals_in_one_line, run_command
-from ..engines import CTRANSLATE2_COMPUTE_TYPES, ENGINES, detect_engine, get_engine, load_translator
-from ..translation import quantize_int8
-from .translate import DEVICES, _device
+from .translate import add_engine_arguments, command_device, command_engine, load_command_translator
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -25,21 +21,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 def build_parser(prog: str | None = None) -> ArgumentParser:
     parser = ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--model", required=True, help="model folder, exported folder or Hub id")
-    parser.add_argument(
-        "--engine", choices=ENGINES, help="torch, or the engine of an exported folder (default: the folder's)"
-    )
-    parser.add_argument(
-        "--device", choices=DEVICES, default="auto", help="where the model runs, as for translate"
-    )
-    parser.add_argument(
-        "--compute-type",
-        choices=CTRANSLATE2_COMPUTE_TYPES,
-        help="CTranslate2's compute type, as for translate",
-    )
-    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
-    parser.add_argument(
-        "--int8", action="store_true", help="int8 dynamic quantization (CPU), as for translate"
-    )
+    add_engine_arguments(parser, "decodes", runtime=True)
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 opens the server to other machines"
     )
@@ -106,13 +88,11 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         run_server,
     )
 
+    engine = command_engine(args, parser)
     with refusals_in_one_line(parser):
-        engine = get_engine(args.engine or detect_engine(args.model))
         check_port(args.host, args.port)
         keys = ApiKeys(read_api_keys(args.api_keys)) if args.api_keys else ApiKeys()
         recorded = recorded_languages(args.model)
-    if args.int8 and not engine.dynamic_int8:
-        parser.error("--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8.")
     languages = (args.source_lang, args.target_lang)
     if None in languages:
         if recorded is None:
@@ -120,21 +100,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
                 f"{args.model} records no language pair (results.json): give --source-lang and --target-lang."
             )
         languages = tuple(given or found for given, found in zip(languages, recorded))
-    device = _device(args, engine, parser)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    try:
-        translator = load_translator(
-            args.model,
-            engine.name,
-            device=str(device),
-            threads=args.threads or 0,
-            compute_type=args.compute_type or "default",
-        )
-    except ValueError as error:
-        parser.error(str(error))
-    if args.int8:
-        translator.model = quantize_int8(translator.model)
+    translator = load_command_translator(args, parser, engine)
+    device = command_device(args, engine, parser)
     beams = translator.model.generation_config.num_beams or 1
     settings = ServerSettings(
         source_lang=languages[0],

@@ -86,14 +86,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         type=non_negative_int,
         help="outputs at most this many tokens longer than their input (default: the model's)",
     )
-    add_engine_arguments(parser, "decodes", " (cpu for --int8)")
-    parser.add_argument(
-        "--compute-type",
-        choices=CTRANSLATE2_COMPUTE_TYPES,
-        help="CTranslate2's compute type: float16, int8_float16 and bfloat16 on the GPU, int8 or float32 on "
-        "the CPU, ... (default: the export's own weight type)",
-    )
-    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
+    add_engine_arguments(parser, "decodes", runtime=True)
     output = parser.add_argument_group("what is written")
     output.add_argument(
         "--n-best",
@@ -143,17 +136,13 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     sampling.add_argument("--temperature", type=positive_float, help="divide the logits by T before sampling")
     sampling.add_argument("--seed", type=non_negative_int, default=0, help="random seed of the sampling")
-    parser.add_argument(
-        "--int8",
-        action="store_true",
-        help="int8 dynamic quantization (CPU): faster, slightly different output",
-    )
     return parser
 
 
-def add_engine_arguments(parser: ArgumentParser, verb: str, int8_note: str = "") -> None:
-    """`--engine` and `--device`, as the commands that run a model (translate, score, serve) take them;
-    `verb` says what the model does there ("decodes"), `int8_note` what --int8 adds."""
+def add_engine_arguments(parser: ArgumentParser, verb: str, runtime: bool = False) -> None:
+    """`--engine` and `--device`, as the commands that run a model (translate, score, serve) take them,
+    and with `runtime` the engine's `--compute-type`, `--threads` and `--int8`; `verb` says what the model
+    does there ("decodes")."""
     parser.add_argument(
         "--engine",
         choices=ENGINES,
@@ -164,24 +153,38 @@ def add_engine_arguments(parser: ArgumentParser, verb: str, int8_note: str = "")
         "--device",
         choices=DEVICES,
         default="auto",
-        help=f"where the model runs; auto: cuda when torch finds a GPU, else cpu{int8_note} (the exported "
-        f"engines: cpu; a CTranslate2 export {verb} on the GPU with cuda, an ONNX one on the CPU only)",
+        help="where the model runs; auto: cuda when torch finds a GPU, else cpu (the exported engines and "
+        f"--int8: cpu; a CTranslate2 export {verb} on the GPU with cuda, an ONNX one on the CPU only)",
+    )
+    if not runtime:
+        return
+    parser.add_argument(
+        "--compute-type",
+        choices=CTRANSLATE2_COMPUTE_TYPES,
+        help="CTranslate2's compute type: float16, int8_float16 and bfloat16 on the GPU, int8 or float32 on "
+        "the CPU, ... (default: the export's own weight type)",
+    )
+    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="int8 dynamic quantization (CPU): faster, slightly different output",
     )
 
 
 def command_engine(args: argparse.Namespace, parser: ArgumentParser) -> Engine:
     """The engine of a command's `--model` and `--engine`, once the device and settings asked for are
-    checked against it (`_device`): a one-line error otherwise, before any input is read."""
+    checked against it (`command_device`): a one-line error otherwise, before any input is read."""
     with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
         engine = get_engine(args.engine or detect_engine(args.model))
-    _device(args, engine, parser)
+    command_device(args, engine, parser)
     return engine
 
 
 def load_command_translator(args: argparse.Namespace, parser: ArgumentParser, engine: Engine) -> Translator:
     """The translator on `engine` that a command's `--model`, `--device` (and where it has them
     `--compute-type`, `--threads`, `--int8`) ask for, or a one-line error saying why it cannot be had."""
-    device = _device(args, engine, parser)
+    device = command_device(args, engine, parser)
     threads = getattr(args, "threads", None)
     if threads is not None:
         torch.set_num_threads(threads)
@@ -200,7 +203,7 @@ def load_command_translator(args: argparse.Namespace, parser: ArgumentParser, en
     return translator
 
 
-def _device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) -> torch.device:
+def command_device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) -> torch.device:
     """The device the command translates on, or a one-line error for a device (or compute type) the engine
     cannot use. auto keeps the exported engines on the CPU."""
     compute_type = getattr(args, "compute_type", None)
