@@ -101,12 +101,13 @@ def check_writable(path: str | Path, flag: str, parser: ArgumentParser, kind: st
 
 def _segments(source: str | Path | bytes, name: str) -> list[str]:
     """The segments of a UTF-8 file or of UTF-8 bytes, one a line (`text_lines` says what a line is); a
-    ValueError naming `name` and the byte where the text is not UTF-8."""
+    ValueError naming `name`, the line and the byte where the text is not UTF-8."""
     try:
         return text_lines.read_lines(source, name)
     except text_lines.NotUTF8Error as error:
         raise ValueError(
-            f"{name} is not UTF-8 text (byte {error.byte}): re-encode it, e.g. iconv -f latin1 -t utf-8."
+            f"{name} is not UTF-8 text (line {error.line}, byte {error.byte}): re-encode it, e.g. iconv -f "
+            "latin1 -t utf-8."
         ) from None
 
 

@@ -288,7 +288,7 @@ BAD_INPUTS = {
     "push: a card template not UTF-8": (
         "push_to_hub",
         ["--model-dir", "MODEL", "--repo-id", "someone/x", "--card", "LATIN1"],
-        "latin1.en is not UTF-8 text (byte 3): re-encode it",
+        "latin1.en is not UTF-8 text (line 1, byte 3): re-encode it",
     ),
     "train: a negative seed": ("train", ["--output-dir", "out", "--seed", "-1"], "--seed"),
     "train: output a file": ("train", ["--output-dir", "SOURCE"], "is a file"),

@@ -532,8 +532,10 @@ def test_card_template_not_utf8_is_refused_naming_the_file_and_the_fix(
     card.write_bytes((CARD_METADATA_LINES + "Trained déjà.\n").encode("latin-1"))
     line = push_refusal(card_model_dir, card, capsys)
     byte = len(CARD_METADATA_LINES + "Trained d")
+    number = CARD_METADATA_LINES.count("\n") + 1
     assert line == (
-        f"--card {card} is not UTF-8 text (byte {byte}): re-encode it, e.g. iconv -f latin1 -t utf-8."
+        f"--card {card} is not UTF-8 text (line {number}, byte {byte}): re-encode it, e.g. iconv -f latin1 "
+        "-t utf-8."
     )
 
 
