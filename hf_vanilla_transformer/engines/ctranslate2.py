@@ -291,9 +291,7 @@ class CTranslate2Seq2SeqLM:
         """Translate a batch of token ids with CTranslate2's search (`ctranslate2_options`). With the
         paper's length rule, the batch goes in one call with its longest limit, and the inputs whose outputs
         reach their own limit again with theirs."""
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.info["pad_token_id"])
-        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
+        rows = self._source_rows(input_ids, attention_mask)
         positions = self.info["positions"]
         check_source_lengths([len(row) for row in rows], positions)
         options = ctranslate2_options(self.generation_config, overrides, self.target_tokens)
@@ -340,8 +338,7 @@ class CTranslate2Seq2SeqLM:
         """log p(y_t | y_<t, x) of each token of each output (its end token included), by CTranslate2's
         forced decoding (`score_batch`); as `scoring.token_log_probs`."""
         sources = [
-            [self.source_tokens[i] for i in ids[mask.bool()].tolist()]
-            for ids, mask in zip(input_ids, attention_mask)
+            [self.source_tokens[i] for i in row] for row in self._source_rows(input_ids, attention_mask)
         ]
         end = self.target_ids[self.end_token]
         # score_batch scores the target and then the end token, which it appends itself.
@@ -367,11 +364,8 @@ class CTranslate2Seq2SeqLM:
                 "This CTranslate2 export returns the attention of one head, not the alignment layer's "
                 "average: export the model again (vanilla-transformer export --to ctranslate2) to align."
             )
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.info["pad_token_id"])
         sources = [
-            [self.source_tokens[i] for i in ids[mask.bool()].tolist()]
-            for ids, mask in zip(input_ids, attention_mask)
+            [self.source_tokens[i] for i in row] for row in self._source_rows(input_ids, attention_mask)
         ]
         end, pad = self.target_ids[self.end_token], self.info["pad_token_id"]
         prefixes = []
@@ -394,6 +388,12 @@ class CTranslate2Seq2SeqLM:
             rows = min(weights.shape[0], attention.shape[1])
             attention[row, :rows, : len(source)] = weights[:rows, : len(source)]
         return attention
+
+    def _source_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
+        """Each input's token ids without its padding, which the mask (else the padding id) marks."""
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.info["pad_token_id"])
+        return [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
 
     @staticmethod
     def _run(method: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[Any]:
