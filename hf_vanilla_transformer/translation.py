@@ -61,18 +61,18 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def _encode(
-    tokenizer: PreTrainedTokenizerBase, texts: list[str], positions: int | None, first_line: int
+    tokenizer: PreTrainedTokenizerBase, texts: list[str], positions: int | None, line_numbers: list[int]
 ) -> tuple[list[list[int]], set[int]]:
     """Token ids of `texts`, each cut to `positions` tokens (its end token kept), and the indices of those
-    cut, each with a warning naming its line (`first_line` is the number of the first)."""
+    cut, each with a warning naming its line (`line_numbers`, one a text)."""
     encoded = tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
     truncated = set()
     for index, ids in enumerate(encoded):
         if positions is not None and len(ids) > positions:
             logger.warning(
-                f"line {first_line + index}: {len(ids)} tokens, more than the model's {positions} positions; "
-                f"translated its first {positions - 1} tokens only, so the translation is incomplete. Split "
-                "such lines (--split-sentences) to translate all of them."
+                f"line {line_numbers[index]}: {len(ids)} tokens, more than the model's {positions} "
+                f"positions; translated its first {positions - 1} tokens only, so the translation is "
+                "incomplete. Split such lines (--split-sentences) to translate all of them."
             )
             encoded[index] = ids[: positions - 1] + ids[-1:]
             truncated.add(index)
@@ -111,7 +111,7 @@ def translate_n_best(
     alignments: bool = False,
     batch_size: int = 64,
     progress: bool = True,
-    first_line: int = 1,
+    line_numbers: Sequence[int] | None = None,
     **generate_kwargs: Any,
 ) -> list[Translation]:
     """Translate `sentences` in the order given, keeping the `n_best` best hypotheses of each (best first),
@@ -128,8 +128,8 @@ def translate_n_best(
     Each hypothesis' `log_prob` is the model's log P(y | x), recomputed by forced decoding of the output
     (`scoring.token_log_probs`); its `score` divides it by the length penalty the beam search ranks by
     (Section 6.1; `log_prob` itself for greedy search and sampling). An input longer than the model's
-    positions (`scoring.model_positions`) is cut to them, with a warning naming its line (numbered from
-    `first_line`), and its translation is marked `truncated`.
+    positions (`scoring.model_positions`) is cut to them, with a warning naming its line (its number in
+    `line_numbers`, one a sentence; by default 1, 2, ...), and its translation is marked `truncated`.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
@@ -139,7 +139,10 @@ def translate_n_best(
     texts = list(sentences)
     results: list[Translation] = [Translation(text, [Hypothesis("")]) for text in texts]
     kept = [i for i, text in enumerate(texts) if text.strip()]
-    encoded, truncated = _encode(tokenizer, [texts[i] for i in kept], model_positions(model), first_line)
+    numbers = list(line_numbers) if line_numbers is not None else list(range(1, len(texts) + 1))
+    encoded, truncated = _encode(
+        tokenizer, [texts[i] for i in kept], model_positions(model), [numbers[i] for i in kept]
+    )
     order = sorted(range(len(kept)), key=lambda j: len(encoded[j]), reverse=True)
     beams, sampling = _decoding_settings(model, generate_kwargs)
     penalty = _ranking_penalty(model, generate_kwargs) if beams > 1 and not sampling else None

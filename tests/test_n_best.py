@@ -128,7 +128,7 @@ def test_an_input_longer_than_the_positions_is_cut_with_a_warning_naming_its_lin
     original, model.config.max_position_embeddings = model.config.max_position_embeddings, positions
     try:
         translations = translate_n_best(
-            model, tokenizer, ["two men talk", long_line], progress=False, first_line=7
+            model, tokenizer, ["two men talk", long_line], progress=False, line_numbers=[7, 8]
         )
     finally:
         model.config.max_position_embeddings = original
@@ -331,3 +331,15 @@ def test_ctranslate2_aligns_with_the_same_attention_as_torch(model_dir, tmp_path
             assert torch.tensor(aligned.attention) == pytest.approx(
                 torch.tensor(hypothesis.attention), abs=1e-4
             )
+
+
+def test_a_split_sentence_longer_than_the_positions_is_named_by_its_input_line(model_dir, caplog):
+    translator = load_translator(model_dir)
+    long_sentence = " ".join(WORDS * 10) + "."
+    positions = translator.model.config.max_position_embeddings
+    assert len(translator.tokenizer(long_sentence)["input_ids"]) > positions
+    [short, joined] = translator.translate_n_best(
+        ["two men talk.", f"a dog runs. {long_sentence}"], split_sentences=True, first_line=4
+    )
+    assert joined.truncated and not short.truncated
+    assert "line 5: " in caplog.text and "line 6: " not in caplog.text

@@ -83,7 +83,8 @@ class Translator:
         """`translation.translate_n_best` on this engine: each input's `n_best` hypotheses, with their
         `scores` and word `alignments`. With `split_sentences`, each input is split into sentences of
         `language` (`sentence_splitting`), and all the sentences are translated in one stream of batches
-        and joined back into one translation per input (its best only: `n_best` must be 1)."""
+        and joined back into one translation per input (its best only: `n_best` must be 1). The warnings
+        about inputs longer than the model's positions number them from `first_line`."""
         options = dict(
             scores=scores, alignments=alignments, batch_size=batch_size, progress=progress, **generate_kwargs
         )
@@ -94,7 +95,7 @@ class Translator:
                 sentences,
                 target_tokenizer=self.target_tokenizer,
                 n_best=n_best,
-                first_line=first_line,
+                line_numbers=range(first_line, first_line + len(sentences)),
                 **options,
             )
         if n_best != 1:
@@ -110,6 +111,7 @@ class Translator:
                 self.tokenizer,
                 [sentence for piece in pieces for sentence in piece],
                 target_tokenizer=self.target_tokenizer,
+                line_numbers=[first_line + line for line, piece in enumerate(pieces) for _ in piece],
                 **options,
             )
         )
