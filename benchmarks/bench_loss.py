@@ -1,5 +1,5 @@
 """The label-smoothed loss of Section 5.4 over a training step's logits: torch's `cross_entropy` on float32
-logits (what the model runs on GPUs and under torch.compile) against `cpu_speedups`' chunked loss, which
+logits (what training runs on GPUs and under torch.compile) against `loss`' chunked loss, which
 keeps no float32 copy of the logits and writes the gradient directly.
 
     python benchmarks/bench_loss.py --device cuda             # 25,600 tokens x 32,000 (the paper's step)
@@ -22,11 +22,11 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, timed, write_result  # noqa: E402
 
-from hf_vanilla_transformer.cpu_speedups import chunked_label_smoothed_cross_entropy_sum  # noqa: E402
+from hf_vanilla_transformer.loss import chunked_label_smoothed_cross_entropy_sum  # noqa: E402
 
 
 def torch_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """The model's loss off the CPU: `modeling_vanilla_transformer.label_smoothed_cross_entropy`."""
+    """The training loss off the CPU: `loss.label_smoothed_cross_entropy`."""
     return nn.functional.cross_entropy(
         logits.float(), labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum"
     )

@@ -7,7 +7,9 @@
     python benchmarks/bench_train.py --device cuda --data --modes bf16-eager     # newstest-length batches
     python benchmarks/bench_train.py --device cuda --data --presets base big --modes bf16-eager
 
-One step = forward with labels, backward, Adam step. `ours-no-speedups` is ours with
+One step = forward with labels, backward, Adam step. Marian's loss is its model's own; ours is the loss
+`train` computes (`loss.label_smoothed_cross_entropy` over the logits, with `--label-smoothing`, 0 by
+default so that both compute the same cross-entropy). `ours-no-speedups` is ours with
 `cpu_speedups.ENABLED = False` (eager modes). Each round times every (model, precision, mode)
 variant once, in alternating order; a ratio is the median over rounds of the per-round ratio. Peak memory
 is the growth of resident memory during one more, untimed, step (pass over the batches, with --data) of
@@ -87,7 +89,7 @@ from hf_vanilla_transformer import (  # noqa: E402
     VanillaTransformerForConditionalGeneration,
     cpu_speedups,
 )
-from hf_vanilla_transformer import modeling_vanilla_transformer as modeling  # noqa: E402
+from hf_vanilla_transformer import loss as training_loss  # noqa: E402
 from hf_vanilla_transformer.batching import TokenBudgetBatchSampler  # noqa: E402
 from hf_vanilla_transformer.schedule import build_paper_optimizer  # noqa: E402
 from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer  # noqa: E402
@@ -217,20 +219,22 @@ def autocast(precision: str, device: str):
 def chunked_loss_on_every_device() -> Iterator[None]:
     """A lever measured on GPUs (`ours-chunked-loss`): the chunked label-smoothed loss of `cpu_speedups`,
     which keeps no float32 copy of the logits, taken in eager training off the CPU too. The model reads
-    its gate through the modeling module, which the block swaps and restores."""
-    original = modeling.chunked_loss_applies
-    modeling.chunked_loss_applies = lambda logits: (
+    its gate through the loss module, which the block swaps and restores."""
+    original = training_loss.chunked_loss_applies
+    training_loss.chunked_loss_applies = lambda logits: (
         logits.requires_grad and torch.is_grad_enabled() and not torch.compiler.is_compiling()
     )
     try:
         yield
     finally:
-        modeling.chunked_loss_applies = original
+        training_loss.chunked_loss_applies = original
 
 
 class Trainee:
     """One model on `device`, its optimizer, and a compiled wrapper sharing its parameters. The default
-    optimizer is the paper's Adam: torch's default implementation on a CPU, the fused one on a GPU."""
+    optimizer is the paper's Adam: torch's default implementation on a CPU, the fused one on a GPU.
+    `label_smoothing` None: the model's own loss (Marian's); a number: the training loss of `train`, over
+    the logits of the decoder inputs the data collator makes."""
 
     def __init__(
         self,
@@ -240,8 +244,10 @@ class Trainee:
         cpu_speedups_on: bool = True,
         device: str = "cpu",
         chunked_loss: bool = False,
+        label_smoothing: float | None = None,
     ) -> None:
         self.model = model.to(device).train()
+        self.label_smoothing = label_smoothing
         self.device = device
         self.cpu_speedups_on = cpu_speedups_on
         self.chunked_loss = chunked_loss
@@ -258,12 +264,20 @@ class Trainee:
             lever = chunked_loss_on_every_device() if self.chunked_loss else nullcontext()
             with cpu_speedups.switched(self.cpu_speedups_on), lever:
                 with autocast(precision, self.device):
-                    loss = module(**batch).loss
+                    loss = self.loss(module, batch)
                 loss.backward()
             self.optimizer.step()
         finally:  # also after a failed step (out of memory), whose gradients would hold on to memory
             self.optimizer.zero_grad(set_to_none=True)
         return loss.item()
+
+    def loss(self, module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.label_smoothing is None:
+            return module(**batch).loss
+        inputs = {key: value for key, value in batch.items() if key != "labels"}
+        decoder_input_ids = self.model.prepare_decoder_input_ids_from_labels(batch["labels"])
+        logits = module(**inputs, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+        return training_loss.label_smoothed_cross_entropy(logits, batch["labels"], self.label_smoothing)
 
 
 def bench_variants(
@@ -361,16 +375,23 @@ def bench_size(name: str, size: Size, shapes: list[Shape], args: argparse.Namesp
     with ExitStack() as stack:
         torch._dynamo.reset()
         marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
-        ours.config.label_smoothing = args.label_smoothing  # Marian's loss has none: like for like
-        trainees = {"marian": Trainee(marian, device=args.device), "ours": Trainee(ours, device=args.device)}
+        smoothing = args.label_smoothing  # 0 by default: Marian's loss has none, like for like
+        trainees = {
+            "marian": Trainee(marian, device=args.device),
+            "ours": Trainee(ours, device=args.device, label_smoothing=smoothing),
+        }
         modes = [m for m in MODES if m in args.modes]
         variants = [(model, mode) for mode in modes for model in ("marian", "ours")]
         eager_modes = [mode for mode in modes if mode.endswith("eager")]
         if eager_modes and args.device == "cpu":
-            trainees["ours-no-speedups"] = Trainee(copy.deepcopy(ours), cpu_speedups_on=False)
+            trainees["ours-no-speedups"] = Trainee(
+                copy.deepcopy(ours), cpu_speedups_on=False, label_smoothing=smoothing
+            )
             variants += [("ours-no-speedups", mode) for mode in eager_modes]
         if eager_modes and args.device == "cuda":
-            chunked = Trainee(copy.deepcopy(ours), device=args.device, chunked_loss=True)
+            chunked = Trainee(
+                copy.deepcopy(ours), device=args.device, chunked_loss=True, label_smoothing=smoothing
+            )
             trainees["ours-chunked-loss"] = chunked
             variants += [("ours-chunked-loss", mode) for mode in eager_modes]
         fast_modes = [m for m in FAST_MODES if m in args.fast_modes]
@@ -379,7 +400,9 @@ def bench_size(name: str, size: Size, shapes: list[Shape], args: argparse.Namesp
             stack.enter_context(cpu_bf16_training(fast))
             # The fastest mode we offer trains with the library's optimizer (fused Adam).
             optimizer = build_paper_optimizer(fast, lr=1e-4)
-            trainees["ours-fast"] = Trainee(fast, optimizer=optimizer, device=args.device)
+            trainees["ours-fast"] = Trainee(
+                fast, optimizer=optimizer, device=args.device, label_smoothing=smoothing
+            )
             variants += [("ours-fast", mode) for mode in fast_modes]
         result = bench_variants(name, trainees, variants, shapes, size, args, peaks)
     if args.data is None:
@@ -404,7 +427,13 @@ def bench_preset(name: str, shapes: list[Shape], args: argparse.Namespace, peaks
     )
     variants = [("ours", mode) for mode in MODES if mode in args.modes]
     result = bench_variants(
-        f"preset {name}", {"ours": Trainee(model, device=args.device)}, variants, shapes, size, args, peaks
+        f"preset {name}",
+        {"ours": Trainee(model, device=args.device, label_smoothing=args.label_smoothing)},
+        variants,
+        shapes,
+        size,
+        args,
+        peaks,
     )
     for row in result["rows"]:
         if "tokens_per_s" in row:
@@ -432,8 +461,12 @@ def loss_curves(
     ):
         torch._dynamo.reset()
         marian, ours = model_pair(size, seed=0, dropout=0.1, attn=attn)
-        ours.config.label_smoothing = 0.0
-        trainee = Trainee(marian if which == "marian" else ours, lr=5e-4, device=device)
+        trainee = Trainee(
+            marian if which == "marian" else ours,
+            lr=5e-4,
+            device=device,
+            label_smoothing=None if which == "marian" else 0.0,
+        )
         precision, how = mode.split("-")[:2]
         losses = []
         with cpu_bf16_training(ours) if mode.endswith("attn_eager") else nullcontext():

@@ -52,6 +52,7 @@ from transformers.utils import logging
 
 from .cli import non_negative_int, positive_float, positive_int, probability, random_seed
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .loss import LabelSmoothedSeq2SeqTrainer
 from .model_location import TRAINER_STATE_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .progress import TrainingClock, show_progress_lines, use_progress_bar
@@ -251,7 +252,6 @@ def build_chatbot_model(
         h=settings.num_heads,
         d_ff=settings.dff,
         P_drop=settings.dropout,
-        eps_ls=settings.label_smoothing,
         max_position_embeddings=settings.max_length,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
@@ -441,7 +441,7 @@ def _chatbot_trainer(
         disable_tqdm=not show_progress,
     )
     train_dataset, eval_datasets = datasets
-    trainer = Seq2SeqTrainer(
+    trainer = LabelSmoothedSeq2SeqTrainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
@@ -451,6 +451,7 @@ def _chatbot_trainer(
         compute_metrics=masked_token_accuracy,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         optimizers=(optimizer, scheduler),
+        label_smoothing=settings.label_smoothing,
     )
     use_progress_bar(trainer, TrainingClock())
     return trainer

@@ -2,7 +2,7 @@
 
 The field names follow transformers' Marian/BART conventions (`d_model`, `encoder_layers`,
 `encoder_ffn_dim`, ...) so that caches, generation and the Trainer find what they expect; the
-paper's own symbols (N, h, d_k, d_v, d_ff, P_drop, eps_ls) are accepted by the constructor and
+paper's own symbols (N, h, d_k, d_v, d_ff, P_drop) are accepted by the constructor and
 `from_preset`, and documented next to each field.
 
 This module is copied next to saved weights for `trust_remote_code=True` users: it must not import
@@ -14,6 +14,9 @@ import math
 from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 ACTIVATIONS = ("relu", "gelu", "swish", "silu")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
@@ -52,8 +55,11 @@ PAPER_SYMBOLS: dict[str, tuple[str, ...]] = {
     "h": ("encoder_attention_heads", "decoder_attention_heads"),
     "d_ff": ("encoder_ffn_dim", "decoder_ffn_dim"),
     "P_drop": ("dropout",),
-    "eps_ls": ("label_smoothing",),
 }
+
+# The key under which configs saved by earlier versions of the package carry the label smoothing of their
+# training run (Section 5.4's eps_ls), which is a setting of training: `legacy_label_smoothing` reads it.
+LEGACY_LABEL_SMOOTHING = "label_smoothing"
 
 
 # Options that PreTrainedConfig takes besides its fields.
@@ -65,13 +71,14 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     The defaults are the paper's base model (Table 3, row "base") with the shared En-De BPE vocabulary
     of 37000 tokens (Section 5.1). Build the paper's models with `from_preset("base" | "big")`. The paper's
-    symbols N, h, d_ff, P_drop and eps_ls may stand for the fields they set, as in
+    symbols N, h, d_ff and P_drop may stand for the fields they set, as in
     `VanillaTransformerConfig(N=4, h=4, d_ff=1024)`.
 
     Args:
         vocab_size: size of the shared source/target vocabulary (Section 5.1).
-        decoder_vocab_size: target vocabulary size when source and target embeddings are not shared
-            (fairseq's separate-vocabulary models); defaults to `vocab_size`.
+        decoder_vocab_size: target vocabulary size when source and target have separate vocabularies
+            (fairseq's separate-vocabulary models); defaults to `vocab_size`, and is not read while
+            `share_encoder_decoder_embeddings` is set (`target_vocab_size`).
         d_model: model width d_model (Section 3).
         encoder_layers / decoder_layers: N, the number of identical layers in each stack (Section 3.1).
         encoder_attention_heads / decoder_attention_heads: h, the number of heads (Section 3.2.2).
@@ -83,7 +90,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
         attention_dropout: dropout on the attention probabilities (not in the paper; 0 by default).
         activation_dropout: dropout after the feed-forward ReLU (not in the paper; 0 by default).
         activation_function: the feed-forward nonlinearity; "relu" is Eq. 2's max(0, .).
-        label_smoothing: eps_ls of Section 5.4.
         layer_norm_eps: the epsilon of every LayerNorm.
         max_position_embeddings: rows of the positional table. Sinusoidal encodings extend past it
             (computed on the fly by the same formula); learned ones raise an error.
@@ -91,9 +97,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
         sinusoidal_layout: "paper" (interleaved sin/cos, the default), "marian" or "fairseq", to load
             weights trained by those implementations exactly.
         scale_embedding: multiply the embeddings by sqrt(d_model) (Section 3.4).
-        share_encoder_decoder_embeddings: one embedding matrix for source and target tokens (Section 3.4).
+        share_encoder_decoder_embeddings: one vocabulary, and one embedding matrix, for source and target
+            tokens (Section 3.4).
         tie_word_embeddings: tie the target embedding to the pre-softmax projection (Section 3.4). In
-            transformers 5 it turns every tie on or off, so sharing needs it too.
+            transformers 5 it turns every tie on or off: with False, the source and target embeddings and
+            the projection are three matrices over the one vocabulary, as Marian's are.
         output_bias: add a learned bias to the logits (Marian's `final_logits_bias`); not in the paper.
         init_std: std of the normal used to initialise embeddings; defaults to d_model^-0.5.
     """
@@ -120,7 +128,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     activation_function: str = "relu"
-    label_smoothing: float = 0.1
     layer_norm_eps: float = 1e-5
     max_position_embeddings: int = 1024
     position_embedding_type: str = "sinusoidal"
@@ -140,6 +147,13 @@ class VanillaTransformerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs: Any) -> None:
         self._set_paper_symbols(kwargs)
+        if LEGACY_LABEL_SMOOTHING in kwargs:
+            logger.warning_once(
+                f"This config carries {LEGACY_LABEL_SMOOTHING}={kwargs[LEGACY_LABEL_SMOOTHING]}, a setting "
+                "of how it was trained: the model's loss is the plain cross-entropy, and "
+                "`vanilla-transformer train` takes this value as its --label-smoothing default when it "
+                "fine-tunes or resumes from this model."
+            )
         self.decoder_vocab_size = self.decoder_vocab_size or self.vocab_size
         super().__post_init__(**kwargs)
         self.check_values()
@@ -160,6 +174,18 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 setattr(self, name, value)
 
     @property
+    def target_vocab_size(self) -> int:
+        """The decoder's vocabulary: `vocab_size` when source and target share one (Section 3.4), read
+        whenever asked so that a changed `vocab_size` carries over, else `decoder_vocab_size`."""
+        return self.vocab_size if self.share_encoder_decoder_embeddings else self.decoder_vocab_size
+
+    @property
+    def ties_embeddings(self) -> bool:
+        """Whether source and target embeddings are one matrix: sharing asked for, and ties on at all
+        (`tie_word_embeddings=False` unties every matrix in transformers 5, as in Marian)."""
+        return self.share_encoder_decoder_embeddings and self.tie_word_embeddings
+
+    @property
     def encoder_head_dims(self) -> tuple[int, int]:
         """(d_k, d_v) of the encoder's heads: d_model / h unless set (Section 3.2.2)."""
         return self._head_dims(self.encoder_attention_heads)
@@ -178,7 +204,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
         """The paper's "base" or "big" model (Table 3), with any field or paper symbol overridden.
 
         Paper symbols set both stacks: `N=4` sets encoder_layers and decoder_layers, likewise `h`,
-        `d_ff`; `P_drop` sets dropout and `eps_ls` label_smoothing. `d_k`, `d_v`, `d_model`,
+        `d_ff`; `P_drop` sets dropout. `d_k`, `d_v`, `d_model`,
         `position_embedding_type` are fields already. Overrides apply in the order given, so a field
         after its symbol refines it (`N=2, decoder_layers=3`), as a training preset's overrides are
         refined by the user's.
@@ -191,6 +217,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
         values = dict(PRESETS[name])
         known = {f.name for f in dataclasses.fields(cls)} | set(PAPER_SYMBOLS) | LOADING_OPTIONS
         unknown = sorted(set(overrides) - known)
+        if {LEGACY_LABEL_SMOOTHING, "eps_ls"} & set(unknown):
+            raise ValueError(
+                "Label smoothing (eps_ls) is a setting of training, not of the model: the model's loss is "
+                "the plain cross-entropy. Give it to the Trainer (label_smoothing_factor) or to "
+                "`vanilla-transformer train --label-smoothing`."
+            )
         if unknown:
             raise ValueError(
                 f"Unknown setting(s) {unknown} for from_preset: use config fields (e.g. d_model, "
@@ -231,15 +263,10 @@ class VanillaTransformerConfig(PreTrainedConfig):
                     f"d_model ({self.d_model}) is not divisible by {name} ({heads}): d_k and d_v default to "
                     "d_model / h. Choose a head count that divides d_model, or set d_k and d_v explicitly."
                 )
-        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
-        if self.share_encoder_decoder_embeddings and not self.tie_word_embeddings:
-            raise ValueError(
-                "share_encoder_decoder_embeddings=True needs tie_word_embeddings=True: in transformers 5 the "
-                "latter turns every tie on or off. Set both, or share_encoder_decoder_embeddings=False."
-            )
         if self.init_std is not None and not _positive_number(self.init_std):
             raise ValueError(
                 f"init_std must be a positive number or None (d_model^-0.5), got {self.init_std!r}."
@@ -261,12 +288,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"sinusoidal_layout 'fairseq' needs d_model of at least 4 (its frequencies divide by "
                 f"d_model / 2 - 1), got {self.d_model}."
             )
-        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
-            raise ValueError(
-                f"decoder_vocab_size ({self.decoder_vocab_size}) differs from vocab_size ({self.vocab_size}) "
-                "but share_encoder_decoder_embeddings=True needs one vocabulary. Set "
-                "share_encoder_decoder_embeddings=False for separate source and target vocabularies."
-            )
         eos_ids = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
         token_ids = {
             "pad_token_id": [self.pad_token_id],
@@ -282,7 +303,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 )
         for name, ids in token_ids.items():
             # The padding id indexes both embeddings; the others are target tokens only.
-            size = self.decoder_vocab_size
+            size = self.target_vocab_size
             if name == "pad_token_id":
                 size = min(size, self.vocab_size)
             for token_id in ids:
@@ -291,6 +312,12 @@ class VanillaTransformerConfig(PreTrainedConfig):
                         f"{name}={token_id} lies outside the vocabulary [0, {size}). "
                         "Use the ids your tokenizer gives its special tokens."
                     )
+
+
+def legacy_label_smoothing(config: PreTrainedConfig) -> float | None:
+    """The label smoothing that a config saved by an earlier version of the package records of its training
+    run, else None."""
+    return getattr(config, LEGACY_LABEL_SMOOTHING, None)
 
 
 def _integer(value: Any) -> bool:

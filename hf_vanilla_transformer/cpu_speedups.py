@@ -9,8 +9,6 @@
   query row, no gradient) on a CPU as two plain matmuls, where SDPA's kernels cost more than the products.
 - `FreePositionCacheLayer`: beam search's cache reordering writes into a buffer one position longer, which
   the next decoding step fills instead of concatenating.
-- `chunked_label_smoothed_cross_entropy_sum`: the label-smoothed loss with its gradient written directly,
-  in cache-sized row chunks, without keeping tokens x vocabulary log-probabilities for the backward pass.
 - `FastMaskDropout` / `fast_dropout_masks`: dropout masks drawn 32 bits per element, for bf16 training
   on CPUs, swapped in for the length of a training run.
 
@@ -70,7 +68,7 @@ def switched(enabled: bool) -> Iterator[None]:
         ENABLED = previous
 
 
-def _eager_cpu(tensor: torch.Tensor) -> bool:
+def eager_cpu(tensor: torch.Tensor) -> bool:
     """A tensor on the CPU outside torch.compile's tracing and torch.func's transforms, with speed-ups on."""
     return (
         ENABLED
@@ -201,7 +199,7 @@ class CPULinear(nn.Linear):
         weight, bias = self.weight, self.bias
         if not (
             _ONEDNN_FLOAT32_LINEAR
-            and _eager_cpu(x)
+            and eager_cpu(x)
             and x.dtype == weight.dtype == torch.float32
             and weight.device.type == "cpu"
             and not torch.is_autocast_enabled("cpu")
@@ -269,7 +267,7 @@ def sdpa_with_cpu_decoding_steps(
         and query.dtype == torch.float32
         and dropout == 0.0
         and not torch.is_grad_enabled()
-        and _eager_cpu(query)
+        and eager_cpu(query)
     ):
         scale = query.shape[-1] ** -0.5 if scaling is None else scaling
         return _single_query_attention(query, key, value, attention_mask, scale), None
@@ -333,108 +331,11 @@ def reorder_self_attention_layer(layer: DynamicLayer, beam_idx: torch.LongTensor
     """Beam search's reordering of one self-attention cache layer: into a `FreePositionCacheLayer` for a
     dynamic layer on a CPU, in place by the layer's own `reorder_cache` otherwise. Returns the layer to
     keep."""
-    if isinstance(layer, DynamicLayer) and layer.get_seq_length() > 0 and _eager_cpu(layer.keys):
+    if isinstance(layer, DynamicLayer) and layer.get_seq_length() > 0 and eager_cpu(layer.keys):
         if type(layer) in (DynamicLayer, FreePositionCacheLayer):
             return FreePositionCacheLayer.reordered(layer, beam_idx)
     layer.reorder_cache(beam_idx)
     return layer
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Label-smoothed loss
-
-# Float32 chunks of 2 MB, 1 MB per core when two threads share the rows, so that a chunk's passes stay in
-# the cores' L2 caches: 16 rows of a 32k vocabulary, 65 of an 8k one. On a GPU a chunk is a few kernel
-# launches, so chunks there are large (4194 rows of a 32k vocabulary) and only bound the float32 memory.
-_CROSS_ENTROPY_CHUNK_BYTES = {"cpu": 2 * 2**20, "cuda": 2**29}
-
-
-def _chunk_rows(logits: torch.Tensor) -> int:
-    chunk_bytes = _CROSS_ENTROPY_CHUNK_BYTES.get(logits.device.type, _CROSS_ENTROPY_CHUNK_BYTES["cuda"])
-    return max(1, chunk_bytes // (4 * logits.shape[-1]))
-
-
-def _smoothed_gradient(logits: torch.Tensor, targets: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """d loss / d z = softmax(z) - ((1 - eps) onehot(y) + eps / V), in float32."""
-    gradient = torch.softmax(logits, dim=-1, dtype=torch.float32).sub(epsilon / logits.shape[-1])
-    return gradient.scatter_add(1, targets[:, None], gradient.new_full((gradient.shape[0], 1), epsilon - 1))
-
-
-class _SmoothedCrossEntropySum(torch.autograd.Function):
-    """Sum over labelled positions of the label-smoothed cross-entropy, with its gradient written directly.
-
-    Per position, with log-probabilities log p = log_softmax(z) of the V logits z and reference token y:
-        loss = -(1 - eps) log p_y - eps mean_j log p_j
-        d loss / d z = p - ((1 - eps) onehot(y) + eps / V)
-    torch's cross_entropy gives the same numbers through a dense one-hot gradient and a smoothing term,
-    each a pass over the tokens x vocabulary tensor, and keeps the log-probabilities alive until the
-    backward pass. Here nothing of that size is kept, the backward recomputes p and makes the gradient in
-    one pass, and rows go in chunks that stay in cache, in float32 whatever the logits' dtype. A double
-    backward takes the same formula on the whole tensor, in differentiable ops. The model's
-    `label_smoothed_cross_entropy` names the tests that hold this and torch's loss together.
-    """
-
-    @staticmethod
-    def forward(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> torch.Tensor:
-        targets = labels.clamp_min(0)
-        losses = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
-        step = _chunk_rows(logits)
-        for start in range(0, logits.shape[0], step):
-            rows = slice(start, start + step)
-            log_probs = torch.log_softmax(logits[rows], dim=-1, dtype=torch.float32)
-            nll = log_probs.gather(1, targets[rows, None]).squeeze(1).neg_()
-            losses[rows] = nll.mul_(1 - epsilon).sub_(log_probs.mean(-1), alpha=epsilon)
-        return torch.where(labels != -100, losses, 0.0).sum()
-
-    @staticmethod
-    def setup_context(ctx, inputs: tuple, output: torch.Tensor) -> None:
-        logits, labels, epsilon = inputs
-        ctx.save_for_backward(logits, labels)
-        ctx.epsilon = epsilon
-
-    @staticmethod
-    def backward(ctx, grad_total: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        logits, labels = ctx.saved_tensors
-        epsilon, targets = ctx.epsilon, labels.clamp_min(0)
-        # Unlabelled positions get a zero gradient whatever grad_total is, as in torch's cross_entropy: a
-        # batch without labels divides the sum by a count of 0, and inf * 0 would write NaN into every row.
-        scale = torch.where(labels != -100, grad_total.float(), 0.0)
-        if torch.is_grad_enabled():  # double backward: the same formula in differentiable ops
-            gradient = _smoothed_gradient(logits, targets, epsilon) * scale[:, None]
-            return gradient.to(logits.dtype), None, None
-        gradient = torch.empty_like(logits)
-        step = _chunk_rows(logits)
-        for start in range(0, logits.shape[0], step):
-            rows = slice(start, start + step)
-            chunk = torch.softmax(logits[rows], dim=-1, dtype=torch.float32).sub_(epsilon / logits.shape[-1])
-            chunk.scatter_add_(1, targets[rows, None], chunk.new_full((chunk.shape[0], 1), epsilon - 1))
-            torch.mul(chunk, scale[rows, None], out=gradient[rows])
-        return gradient, None, None
-
-
-def chunked_loss_applies(logits: torch.Tensor) -> bool:
-    """The chunked loss is for CPU training: on GPUs a Python loop over chunks would only add launches,
-    and torch.compile fuses torch's own loss and gradient better than it traces the loop."""
-    return _eager_cpu(logits) and logits.requires_grad and torch.is_grad_enabled()
-
-
-def chunked_label_smoothed_cross_entropy_sum(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float
-) -> torch.Tensor:
-    """`cross_entropy(logits.float(), labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum")`
-    for 2-D logits, computed as `_SmoothedCrossEntropySum` describes. A label that is neither a token id
-    nor -100 raises, as `cross_entropy` does."""
-    invalid = ((labels < 0) & (labels != -100)) | (labels >= logits.shape[-1])
-    if logits.device.type != "cpu":  # checked on the device, without waiting for it
-        torch._assert_async(
-            ~invalid.any(), "label out of bounds: token ids below the vocabulary size, or -100"
-        )
-    elif invalid.any():
-        raise IndexError(
-            f"Label {labels[invalid][0].item()} is out of bounds: labels are token ids below the vocabulary "
-            f"size {logits.shape[-1]}, or -100 for positions without a loss."
-        )
-    return _SmoothedCrossEntropySum.apply(logits, labels, float(epsilon))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -474,7 +375,7 @@ class FastMaskDropout(nn.Dropout):
     but the masks differ from `nn.functional.dropout`'s for that seed. Elsewhere, `nn.Dropout` itself."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training and 0.0 < self.p < 1.0 and _eager_cpu(x):
+        if self.training and 0.0 < self.p < 1.0 and eager_cpu(x):
             return _FastMaskDropoutFunction.apply(x, self.p)[0]
         return super().forward(x)
 

@@ -26,7 +26,7 @@ from packaging.requirements import Requirement
 from transformers import GenerationConfig
 
 from .cli import read_lines
-from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig, legacy_label_smoothing
 from .model_location import RESULTS_FILE, TRAINER_STATE_FILE, read_json_object
 
 CARD_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "template.md"
@@ -53,8 +53,9 @@ class RunRecords:
     the same key: `bleu`, `bleu_signature` and `test_set` (test BLEU with its sacreBLEU signature),
     `dev_bleu`, `dev_loss`, `steps`, `train_pairs`, `train_seconds`, `target_tokens_per_second`,
     `averaged_checkpoints` (names of the averaged checkpoints; empty: no averaging), `dataset`, `src_lang`,
-    `tgt_lang`, and `dev_bleu_by_length_penalty` (the dev BLEU of each alpha tried, where the run chose its
-    length penalty on the dev set). Other keys are ignored.
+    `tgt_lang`, `label_smoothing` (the eps_ls it trained with), and `dev_bleu_by_length_penalty` (the dev
+    BLEU of each alpha tried, where the run chose its length penalty on the dev set). Other keys are
+    ignored.
 
     `trainer_state.json` (written by the Trainer) fills in what `results.json` lacks: `global_step` for
     `steps`, and the last evaluation's `eval_loss` and `eval_bleu` in `log_history` for `dev_loss` and
@@ -75,6 +76,7 @@ class RunRecords:
     src_lang: str | None = None
     tgt_lang: str | None = None
     dev_bleu_by_length_penalty: dict[str, float] | None = None
+    label_smoothing: float | None = None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -208,7 +210,9 @@ def card_values(
         "head_dims": "{} / {}".format(*config.encoder_head_dims),
         "d_ff": f"{config.encoder_ffn_dim} / {config.decoder_ffn_dim}",
         "dropout": str(config.dropout),
-        "label_smoothing": str(config.label_smoothing),
+        "label_smoothing": _figure(
+            records.label_smoothing if records.label_smoothing is not None else legacy_label_smoothing(config)
+        ),
         "vocab_size": str(config.vocab_size),
         "vocabulary_sizes": vocabulary_sizes,
         "vocabulary_text": vocabulary_text,

@@ -4,15 +4,17 @@ The file reads top to bottom as the paper builds the model, in transformers' Mar
 outputs, caches, attention interface), so the library's generation, Trainer and loading code treat it as
 one of their own:
 
-- `sinusoidal_position_encoding` / `VanillaTransformerPositionalEncoding`: Section 3.5.
-- `VanillaTransformerScaledWordEmbedding`: embeddings multiplied by sqrt(d_model), Section 3.4.
+- `embeddings_vanilla_transformer`: the embeddings multiplied by sqrt(d_model) (Section 3.4) and the
+  positional encodings (Section 3.5).
 - `eager_attention_forward` / `VanillaTransformerAttention`: Eq. 1 and multi-head attention, Section 3.2.
 - `VanillaTransformerFeedForward`: the position-wise feed-forward network, Eq. 2 (Section 3.3).
 - `VanillaTransformerEncoderLayer` / `VanillaTransformerDecoderLayer`: Section 3.1, post-LN residual
   blocks LayerNorm(x + Dropout(Sublayer(x))) (Section 5.4).
 - `VanillaTransformerEncoder` / `VanillaTransformerDecoder`: the stacks, Section 3.1.
-- `VanillaTransformerForConditionalGeneration`: the shared pre-softmax projection (Section 3.4) and
-  label smoothing (Section 5.4). Its decoding rules (Section 6.1) are in `generation_vanilla_transformer`.
+- `VanillaTransformerForConditionalGeneration`: the shared pre-softmax projection (Section 3.4); its
+  loss is the plain cross-entropy, and the paper's label smoothing (Section 5.4) is training's
+  (`vanilla-transformer train --label-smoothing`). Its decoding rules (Section 6.1) are in
+  `generation_vanilla_transformer`.
 
 Every projection is an `nn.Linear` module call: `cpu_speedups.CPULinear` is an `nn.Linear` whose
 float32 products on x86 CPUs go through oneDNN, and `cpu_speedups.ATTENTION_FUNCTIONS` (imported here as
@@ -50,110 +52,13 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .cpu_speedups import ATTENTION_FUNCTIONS as ALL_ATTENTION_FUNCTIONS  # see VanillaTransformerAttention
-from .cpu_speedups import (
-    CPULinear,
-    chunked_label_smoothed_cross_entropy_sum,
-    chunked_loss_applies,
-    reorder_self_attention_layer,
-    weights_fixed_for_decoding,
+from .cpu_speedups import CPULinear, reorder_self_attention_layer, weights_fixed_for_decoding
+from .embeddings_vanilla_transformer import (
+    VanillaTransformerPositionalEncoding,
+    VanillaTransformerScaledWordEmbedding,
+    sinusoidal_position_encoding,
 )
 from .generation_vanilla_transformer import PaperDecodingMixin
-
-
-def sinusoidal_position_encoding(
-    num_positions: int, dim: int, layout: str = "paper", offset: int = 0
-) -> torch.Tensor:
-    """The positional encodings of Section 3.5, one row per position, computed in float64.
-
-    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)) and PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
-    `layout="marian"` puts the same sines in the first half and cosines in the second; `"fairseq"` does
-    the same with fairseq's frequencies exp(-i ln(10000) / (d/2 - 1)). `offset` is the first position.
-    """
-    return _sinusoids(torch.arange(offset, offset + num_positions, dtype=torch.float64), dim, layout)
-
-
-def _sinusoids(positions: torch.Tensor, dim: int, layout: str) -> torch.Tensor:
-    """`sinusoidal_position_encoding` of the float64 `positions`, on their device, as float32."""
-    if layout == "fairseq":
-        half = dim // 2
-        exponents = torch.arange(half, dtype=torch.float64, device=positions.device)
-        inverse_frequencies = torch.exp(exponents * -(math.log(10000) / (half - 1)))
-    else:
-        two_i = torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device)
-        inverse_frequencies = 10000.0 ** (-two_i / dim)
-    angles = positions[:, None] * inverse_frequencies
-    if layout == "paper":
-        # shape[0], not len(): under torch.export len() would fix the number of positions to the example's.
-        table = torch.empty(positions.shape[0], dim, dtype=torch.float64, device=positions.device)
-        table[:, 0::2] = torch.sin(angles)
-        table[:, 1::2] = torch.cos(angles)[:, : dim // 2]
-    else:
-        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
-    return table.float()
-
-
-class VanillaTransformerPositionalEncoding(nn.Module):
-    """Positions for the embeddings: the fixed sinusoids of Section 3.5, or learned ones (Table 3, row E).
-
-    The sinusoid table is a computed, non-persistent buffer: nothing is saved, and `_init_weights`
-    rebuilds it after `from_pretrained` builds the model on the meta device.
-    """
-
-    def __init__(self, config: VanillaTransformerConfig) -> None:
-        super().__init__()
-        self.learned = config.position_embedding_type == "learned"
-        self.layout = config.sinusoidal_layout
-        self.offset = config.pad_token_id + 1 if self.layout == "fairseq" else 0
-        self.dim = config.d_model
-        if self.learned:
-            self.weight = nn.Parameter(torch.empty(config.max_position_embeddings, config.d_model))
-        else:
-            self.register_buffer(
-                "weight", self.sinusoid_table(config.max_position_embeddings), persistent=False
-            )
-
-    def sinusoid_table(self, num_positions: int) -> torch.Tensor:
-        return sinusoidal_position_encoding(num_positions, self.dim, self.layout, self.offset)
-
-    def check_length(self, num_positions: int) -> None:
-        """Refuse more positions than learned embeddings encode; the sinusoids extend to any length."""
-        if self.learned and num_positions > self.weight.shape[0]:
-            raise ValueError(
-                f"Position {num_positions - 1} is past the {self.weight.shape[0]} learned position "
-                "embeddings (max_position_embeddings). Truncate inputs, and a static cache's max_cache_len, "
-                "to that many tokens, or use position_embedding_type='sinusoidal', whose table extends."
-            )
-
-    def forward(self, seq_length: int, cache_length: int | torch.Tensor = 0) -> torch.Tensor:
-        """The encodings of positions cache_length, ..., cache_length + seq_length - 1. Lengths come from
-        shapes; a static cache gives its length as a tensor, whose value is not read back from the device
-        (the decoder checks the cache's capacity against learned positions instead)."""
-        table = self.weight
-        position_ids = torch.arange(seq_length, device=table.device) + cache_length
-        if isinstance(cache_length, int):
-            self.check_length(cache_length + seq_length)
-            if cache_length + seq_length > table.shape[0]:
-                # The sinusoids are defined for every position, so longer inputs stay exact.
-                table = self.sinusoid_table(cache_length + seq_length).to(
-                    device=table.device, dtype=table.dtype
-                )
-        elif not self.learned:
-            # Positions known only on the device may lie past the table: computed from the same formula.
-            return _sinusoids(position_ids.double() + self.offset, self.dim, self.layout).to(table.dtype)
-        return nn.functional.embedding(position_ids, table)
-
-
-class VanillaTransformerScaledWordEmbedding(nn.Embedding):
-    """Token embeddings multiplied by sqrt(d_model) (Section 3.4). The scale is part of the module, so
-    `inputs_embeds` built with `get_input_embeddings()` (PEFT prompt tuning, `generate(inputs_embeds=)`)
-    equal what the model makes from the same ids."""
-
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int, embed_scale: float) -> None:
-        super().__init__(num_embeddings, embedding_dim, padding_idx)
-        self.embed_scale = embed_scale
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return super().forward(input_ids) * self.embed_scale
 
 
 def eager_attention_forward(
@@ -343,16 +248,18 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         hidden_states = residual_dropout_norm(
             attended, hidden_states, self.self_attn_layer_norm, self.dropout
         )
-        attended, _ = self.encoder_attn(
-            hidden_states,
-            key_value_states=encoder_hidden_states,
-            attention_mask=encoder_attention_mask,
-            cache=cache,
-            **kwargs,
-        )
-        hidden_states = residual_dropout_norm(
-            attended, hidden_states, self.encoder_attn_layer_norm, self.dropout
-        )
+        if encoder_hidden_states is not None:
+            # The decoder run alone (as a language model) has no encoder states to attend to.
+            attended, _ = self.encoder_attn(
+                hidden_states,
+                key_value_states=encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                cache=cache,
+                **kwargs,
+            )
+            hidden_states = residual_dropout_norm(
+                attended, hidden_states, self.encoder_attn_layer_norm, self.dropout
+            )
         return residual_dropout_norm(
             self.ffn(hidden_states), hidden_states, self.final_layer_norm, self.dropout
         )
@@ -405,6 +312,47 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         elif isinstance(module, VanillaTransformerForConditionalGeneration) and self.config.output_bias:
             init.zeros_(module.final_logits_bias)
 
+    def _resize_token_embeddings(
+        self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """The source embeddings, and with one vocabulary for source and target (Section 3.4) the whole
+        target side too: the decoder's embeddings where they are a matrix of their own, the output
+        projection and the logits bias. With separate vocabularies, the source side only:
+        `resize_decoder_token_embeddings` resizes the target side."""
+        old = self.get_input_embeddings()
+        resized = self._get_resized_embeddings(old, new_num_tokens, pad_to_multiple_of, mean_resizing)
+        resized.requires_grad_(old.weight.requires_grad)
+        self.set_input_embeddings(resized)
+        if self.config.share_encoder_decoder_embeddings:
+            self._resize_target_side(resized.weight.shape[0], mean_resizing)
+        return resized
+
+    def resize_decoder_token_embeddings(
+        self, new_num_tokens: int, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Resize the target vocabulary of a model with separate vocabularies (fairseq's): the decoder's
+        embeddings, the output projection and the logits bias, as Marian's method of the same name does."""
+        if self.config.share_encoder_decoder_embeddings:
+            raise ValueError(
+                "This model shares one vocabulary between source and target: resize it with "
+                "resize_token_embeddings. resize_decoder_token_embeddings is for separate vocabularies."
+            )
+        self._resize_target_side(new_num_tokens, mean_resizing)
+        self.tie_weights()
+        return self.get_decoder().embed_tokens
+
+    def _resize_target_side(self, size: int, mean_resizing: bool) -> None:
+        decoder = self.get_decoder()
+        if decoder.embed_tokens.weight.shape[0] != size:
+            decoder.embed_tokens = self._get_resized_embeddings(
+                decoder.embed_tokens, size, mean_resizing=mean_resizing
+            )
+        self._resize_output_side(size, mean_resizing)
+        self.config.decoder_vocab_size = size
+
+    def _resize_output_side(self, size: int, mean_resizing: bool) -> None:
+        """The output projection and the logits bias: the bare encoder-decoder has neither."""
+
 
 def _embedding_scale(config: VanillaTransformerConfig) -> float:
     return math.sqrt(config.d_model) if config.scale_embedding else 1.0
@@ -428,17 +376,28 @@ class _VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         self.post_init()
 
     def add_positions(
-        self, inputs_embeds: torch.Tensor, cache_length: int | torch.Tensor = 0
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache_length: int | torch.Tensor = 0,
     ) -> torch.Tensor:
-        """The scaled embeddings plus the encodings of their positions, after dropout. An empty batch, or
-        sequences of no tokens, are refused here: attention cannot reshape zero elements."""
+        """The scaled embeddings plus the encodings of their positions, after dropout. Positions count from
+        each sequence's first token, so that a sequence padded on the left (fairseq's habit, or a tokenizer
+        with `padding_side="left"`) is encoded as it is alone; `attention_mask` (batch, cache + tokens) shows
+        the padding. An empty batch, or sequences of no tokens, are refused here: attention cannot reshape
+        zero elements."""
         if inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
             raise ValueError(
                 f"Empty input of shape {tuple(inputs_embeds.shape[:2])} (batch, tokens): pass at least one "
                 "sequence of at least one token."
             )
-        positions = self.embed_positions(inputs_embeds.shape[1], cache_length)
-        return self.dropout(inputs_embeds + positions.to(inputs_embeds.device))
+        left_padding = None
+        if attention_mask is not None and attention_mask.dim() == 2:
+            left_padding = (attention_mask.cumsum(-1) == 0).sum(-1)
+        positions = self.embed_positions(inputs_embeds.shape[1], cache_length, left_padding)
+        # The table is float32 whatever dtype the model was loaded in: the sum takes the embeddings' dtype.
+        positions = positions.to(device=inputs_embeds.device, dtype=inputs_embeds.dtype)
+        return self.dropout(inputs_embeds + positions)
 
 
 class VanillaTransformerEncoder(_VanillaTransformerStack):
@@ -465,7 +424,7 @@ class VanillaTransformerEncoder(_VanillaTransformerStack):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        hidden_states = self.add_positions(inputs_embeds)
+        hidden_states = self.add_positions(inputs_embeds, attention_mask)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
@@ -486,7 +445,7 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(
-            config, config.decoder_vocab_size, VanillaTransformerDecoderLayer, config.decoder_layers
+            config, config.target_vocab_size, VanillaTransformerDecoderLayer, config.decoder_layers
         )
 
     @merge_with_config_defaults
@@ -518,6 +477,7 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
         if isinstance(cache_length, torch.Tensor):
             self.embed_positions.check_length(cache.get_max_length())
 
+        given_mask = attention_mask
         if attention_mask is None and not is_torchdynamo_compiling():
             attention_mask = torch.ones(batch_size, cache_length + seq_length, device=inputs_embeds.device)
         causal_mask = create_causal_mask(
@@ -533,7 +493,7 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
             encoder_hidden_states=encoder_hidden_states,
         )
 
-        hidden_states = self.add_positions(inputs_embeds, cache_length)
+        hidden_states = self.add_positions(inputs_embeds, given_mask, cache_length)
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
@@ -562,7 +522,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
         config.check_values()  # again: fields may have been changed since the config was made
-        if config.share_encoder_decoder_embeddings:
+        if config.ties_embeddings:
             # One matrix for source and target tokens (Section 3.4).
             self.shared = VanillaTransformerScaledWordEmbedding(
                 config.vocab_size, config.d_model, config.pad_token_id, _embedding_scale(config)
@@ -579,7 +539,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         return self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
-        if self.config.share_encoder_decoder_embeddings:
+        if self.config.ties_embeddings:
             self.shared = value
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
@@ -638,22 +598,16 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
 
 
-def label_smoothed_cross_entropy(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    epsilon: float,
-    num_items_in_batch: int | torch.Tensor | None = None,
+def cross_entropy(
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Cross-entropy against targets smoothed with epsilon (Section 5.4, after Szegedy et al. 2016).
+    """The negative log-likelihood of the labels per labelled token, in float32; positions labelled -100
+    are ignored. The sum is divided by `num_items_in_batch` when the Trainer passes it, so that gradient
+    accumulation over micro-batches equals one big batch; otherwise by this batch's count of labels.
 
-    The target distribution puts 1 - epsilon on the reference token and spreads epsilon uniformly over
-    the vocabulary. Positions labelled -100 are ignored. The sum is divided by `num_items_in_batch`
-    when the Trainer passes it, so that gradient accumulation over micro-batches equals one big batch;
-    otherwise by this batch's count of labelled tokens. Computed in float32 (on CPUs in cache-sized
-    chunks, `cpu_speedups.chunked_label_smoothed_cross_entropy_sum`: the same formula). Two tests hold the
-    two implementations together: tests/test_modeling.py's `test_label_smoothed_loss_equals_hand_computation`
-    (each against the formula) and tests/test_cpu_speedups.py's
-    `test_chunked_loss_and_gradient_equal_torch_cross_entropy` (losses and gradients).
+    The paper trains with label smoothing (Section 5.4): a choice of training, which `train` makes
+    (`vanilla-transformer train --label-smoothing`, or `Seq2SeqTrainer`'s `label_smoothing_factor`), never the
+    model's loss.
     """
     if logits.shape[:-1] != labels.shape:
         raise ValueError(
@@ -661,13 +615,9 @@ def label_smoothed_cross_entropy(
             f"{tuple(logits.shape[:-1])} positions: pass labels of the same shape as decoder_input_ids, or "
             "leave decoder_input_ids out (they are then the labels shifted right)."
         )
-    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    if chunked_loss_applies(logits):
-        loss = chunked_label_smoothed_cross_entropy_sum(logits, labels, epsilon)
-    else:
-        loss = nn.functional.cross_entropy(
-            logits.float(), labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum"
-        )
+    loss = nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="sum"
+    )
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum()
     if isinstance(num_items_in_batch, torch.Tensor):
@@ -685,7 +635,7 @@ class VanillaTransformerForConditionalGeneration(
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
         self.model = VanillaTransformerModel(config)
-        if config.share_encoder_decoder_embeddings:
+        if config.ties_embeddings:
             self._tied_weights_keys = {
                 "lm_head.weight": "model.shared.weight",
                 "model.encoder.embed_tokens.weight": "model.shared.weight",
@@ -693,9 +643,9 @@ class VanillaTransformerForConditionalGeneration(
             }
         elif config.tie_word_embeddings:
             self._tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
-        self.lm_head = CPULinear(config.d_model, config.decoder_vocab_size, bias=False)
+        self.lm_head = CPULinear(config.d_model, config.target_vocab_size, bias=False)
         if config.output_bias:
-            self.register_buffer("final_logits_bias", torch.zeros(1, config.decoder_vocab_size))
+            self.register_buffer("final_logits_bias", torch.zeros(1, config.target_vocab_size))
         self.post_init()
 
     def get_encoder(self) -> VanillaTransformerEncoder:
@@ -708,6 +658,10 @@ class VanillaTransformerForConditionalGeneration(
         return self.lm_head
 
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        if type(new_embeddings) is nn.Linear:
+            # transformers' resizing makes an nn.Linear: the same module keeps the projection's CPU path
+            # (CPULinear adds no state, only its forward).
+            new_embeddings.__class__ = CPULinear
         self.lm_head = new_embeddings
 
     @can_return_tuple
@@ -756,9 +710,7 @@ class VanillaTransformerForConditionalGeneration(
 
         loss = None
         if labels is not None:
-            loss = label_smoothed_cross_entropy(
-                logits, labels.to(logits.device), self.config.label_smoothing, num_items_in_batch
-            )
+            loss = cross_entropy(logits, labels.to(logits.device), num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -781,59 +733,13 @@ class VanillaTransformerForConditionalGeneration(
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), "AutoModel": bare}
         super().save_pretrained(save_directory, *args, **kwargs)
 
-    def resize_token_embeddings(
-        self,
-        new_num_tokens: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        mean_resizing: bool = True,
-    ) -> nn.Embedding:
-        """Resize the shared vocabulary, and with it the target-side size and the logits bias. With separate
-        vocabularies, the source side only: `resize_decoder_token_embeddings` resizes the target side."""
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if self.config.share_encoder_decoder_embeddings:
-            self.config.decoder_vocab_size = embeddings.weight.shape[0]
-            self._resize_logits_bias(embeddings.weight.shape[0])
-        return embeddings
-
-    def _resize_token_embeddings(
-        self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
-    ) -> nn.Embedding:
-        # transformers resizes the output projection along with the input embeddings, which is right for one
-        # shared vocabulary; with separate ones the projection belongs to the target side.
-        if self.config.share_encoder_decoder_embeddings:
-            return super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        old = self.get_input_embeddings()
-        resized = self._get_resized_embeddings(old, new_num_tokens, pad_to_multiple_of, mean_resizing)
-        resized.requires_grad_(old.weight.requires_grad)
-        self.set_input_embeddings(resized)
-        return resized
-
-    def resize_decoder_token_embeddings(
-        self, new_num_tokens: int, mean_resizing: bool = True
-    ) -> nn.Embedding:
-        """Resize the target vocabulary of a model with separate vocabularies (fairseq's): the decoder's
-        embeddings, the output projection and the logits bias, as Marian's method of the same name does."""
-        if self.config.share_encoder_decoder_embeddings:
-            raise ValueError(
-                "This model shares one vocabulary between source and target: resize it with "
-                "resize_token_embeddings. resize_decoder_token_embeddings is for separate vocabularies."
-            )
-        decoder = self.model.decoder
-        decoder.embed_tokens = self._get_resized_embeddings(
-            decoder.embed_tokens, new_num_tokens, mean_resizing=mean_resizing
-        )
+    def _resize_output_side(self, size: int, mean_resizing: bool) -> None:
         if self.config.tie_word_embeddings:
-            self.lm_head.out_features = new_num_tokens  # its weight becomes the embeddings' in tie_weights
+            self.lm_head.out_features = size  # its weight becomes the embeddings' in tie_weights
         else:
-            resized = self._get_resized_lm_head(self.lm_head, new_num_tokens, mean_resizing=mean_resizing)
-            self.lm_head = CPULinear(resized.in_features, resized.out_features, bias=False)
-            self.lm_head.weight = resized.weight
-        self.config.decoder_vocab_size = new_num_tokens
-        self._resize_logits_bias(new_num_tokens)
-        self.tie_weights()
-        return decoder.embed_tokens
-
-    def _resize_logits_bias(self, size: int) -> None:
+            self.set_output_embeddings(
+                self._get_resized_lm_head(self.lm_head, size, mean_resizing=mean_resizing)
+            )
         if self.config.output_bias:
             old = self.final_logits_bias
             bias = old.new_zeros(1, size)

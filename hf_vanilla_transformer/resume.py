@@ -89,7 +89,8 @@ def _nothing_to_resume(output_dir: Path) -> str:
 
 
 # Config keys that say how a run was saved or runs, not which model it builds: a resumed run may differ in
-# them (fast_dropout_masks is a run-time switch that some saved configs carry).
+# them (fast_dropout_masks is a run-time switch that some saved configs carry, label_smoothing a training
+# setting that configs saved by earlier versions carry).
 _NOT_THE_MODEL = frozenset(
     (
         "architectures",
@@ -99,6 +100,7 @@ _NOT_THE_MODEL = frozenset(
         "_name_or_path",
         "use_cache",
         "fast_dropout_masks",
+        "label_smoothing",
     )
 )
 
@@ -166,6 +168,9 @@ def check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
     if recorded is None:
         return
     recorded = {**_RECIPE_DEFAULTS, **recorded}
+    # Runs recorded without it kept their label smoothing in the model's config, which the run reads
+    # (`training._with_recorded_label_smoothing`).
+    recorded.setdefault("label_smoothing", record["label_smoothing"])
     world_size = recorded.get("world_size", record["world_size"])
     if world_size != record["world_size"]:
         raise ValueError(

@@ -3,7 +3,7 @@
 - Batches of about N source and N target tokens of similar length (Section 5.1), with gradient
   accumulation making up for fewer devices than the paper's 8 GPUs.
 - Adam(0.9, 0.98, 1e-9) with the warm-up / inverse-square-root learning rate (Section 5.3).
-- Label smoothing and dropout from the model config (Section 5.4).
+- Label smoothing from the recipe (`loss`), dropout from the model config (Section 5.4).
 - On GPUs: bf16 autocast where the GPU computes bf16 natively, else fp16 with loss scaling; TF32 matrix
   products where available; the data collated in worker processes.
 - Checkpoints every `save_steps`, the last K kept, resumable after a crash (with the same model, recipe and
@@ -59,13 +59,18 @@ from .backtranslation import (
 )
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
 from .cli import non_negative_int, positive_int, random_seed
-from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .configuration_vanilla_transformer import (
+    LEGACY_LABEL_SMOOTHING,
+    VanillaTransformerConfig,
+    legacy_label_smoothing,
+)
 from .cpu_speedups import fast_dropout_masks
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
 from .evaluation import corpus_bleu
 from .generation_vanilla_transformer import paper_generation_config
 from .hardware import bf16_is_native, cpu_features
+from .loss import LabelSmoothedSeq2SeqTrainer
 from .model_location import RESULTS_FILE, loading
 from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
@@ -379,11 +384,11 @@ def _dev_bleu(tokenizer: PreTrainedTokenizerBase, prediction: EvalPrediction) ->
     return {"bleu": corpus_bleu(hypotheses, references).score}
 
 
-class TokenBudgetSeq2SeqTrainer(Seq2SeqTrainer):
-    """Seq2SeqTrainer whose training batches hold about `max_tokens` source and target tokens each
-    (Section 5.1) instead of a fixed number of sentences; every process gets its own share. The target
-    tokens trained on are counted on `clock` as the batches reach the training loop, so data-loading
-    workers may collate them."""
+class TokenBudgetSeq2SeqTrainer(LabelSmoothedSeq2SeqTrainer):
+    """The label-smoothed Seq2SeqTrainer whose training batches hold about `max_tokens` source and target
+    tokens each (Section 5.1) instead of a fixed number of sentences; every process gets its own share.
+    The target tokens trained on are counted on `clock` as the batches reach the training loop, so
+    data-loading workers may collate them."""
 
     def __init__(self, *args, max_tokens: int, clock: TrainingClock, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -539,6 +544,9 @@ def _build_model(
     if settings.init_from is not None:
         with loading(settings.init_from):
             model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
+        if legacy_label_smoothing(model.config) is not None:
+            # Read into the recipe (`_with_recorded_label_smoothing`); the results record it.
+            delattr(model.config, LEGACY_LABEL_SMOOTHING)
         if model.config.vocab_size < len(tokenizer):
             raise ValueError(
                 f"The tokenizer has {len(tokenizer)} tokens but {settings.init_from} only "
@@ -652,9 +660,27 @@ def _start_run(settings: TrainingSettings) -> _Run:
     state = PartialState(cpu=not torch.cuda.is_available())
     show_progress_lines(state.is_main_process)
     checkpoint = find_resume_checkpoint(output_dir, settings.resume, state)
+    recipe = _with_recorded_label_smoothing(settings, recipe, checkpoint)
     if checkpoint is not None:
         check_same_recipe(output_dir, _recipe_record(settings, recipe, state))
     return _Run(settings, recipe, output_dir, state, checkpoint, _mixed_precision(settings, recipe))
+
+
+def _with_recorded_label_smoothing(
+    settings: TrainingSettings, recipe: TrainingPreset, checkpoint: Path | None
+) -> TrainingPreset:
+    """The recipe, with the label smoothing that the model resumed or fine-tuned from records in its config
+    (saved by an earlier version of the package, whose models kept it there) unless --label-smoothing is
+    given."""
+    origin = checkpoint if checkpoint is not None else settings.init_from
+    if settings.label_smoothing is not None or origin is None:
+        return recipe
+    with loading(str(origin)):
+        recorded = legacy_label_smoothing(VanillaTransformerConfig.from_pretrained(origin))
+    if recorded is None:
+        return recipe
+    logger.info(f"Label smoothing {recorded}, as {origin}'s config records (--label-smoothing sets another).")
+    return replace(recipe, label_smoothing=recorded)
 
 
 def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, state: PartialState) -> dict[str, Any]:
@@ -751,6 +777,7 @@ def _build_trainer(
         + ([DevEarlyStopping(settings.patience)] if settings.patience is not None else []),
         max_tokens=micro_batch_tokens,
         clock=clock,
+        label_smoothing=recipe.label_smoothing,
     )
     use_progress_bar(trainer, clock)
     return trainer
@@ -862,6 +889,7 @@ def _run_figures(
     early_stopping = early_stopping_of(trainer)
     return {
         "preset": settings.preset,
+        "label_smoothing": run.recipe.label_smoothing,
         "steps": trainer.state.global_step,
         "train_loss": train_loss,
         "train_pairs": len(trainer.train_dataset),

@@ -53,6 +53,17 @@ def accelerate_cpu_launcher(processes: int) -> list[str]:
             "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
 
 
+def grad_fn_names(output: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes behind `output`: which implementation computed it."""
+    seen, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
 def tiny_config(**overrides) -> VanillaTransformerConfig:
     """A base-shaped model small enough for unit tests (2+2 layers, d_model 32, 4 heads)."""
     values = dict(vocab_size=64, d_model=32, N=2, h=4, d_ff=64, max_position_embeddings=64)

@@ -3,14 +3,16 @@
 import json
 
 import pytest
+import torch
 from conftest import tiny_config
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.configuration_vanilla_transformer import legacy_label_smoothing
 
 
 def count_parameters(config: VanillaTransformerConfig) -> int:
-    import torch
-
     with torch.device("meta"):
         model = VanillaTransformerForConditionalGeneration(config)
     return sum(p.numel() for p in model.parameters())
@@ -34,18 +36,18 @@ def test_presets_match_table_3(preset, d, d_ff, heads, dropout, millions):
     config = VanillaTransformerConfig.from_preset(preset, vocab_size=37000)
     assert (config.d_model, config.encoder_ffn_dim, config.encoder_attention_heads) == (d, d_ff, heads)
     assert (config.encoder_layers, config.decoder_layers, config.dropout) == (6, 6, dropout)
-    assert config.label_smoothing == 0.1 and config.position_embedding_type == "sinusoidal"
+    assert config.position_embedding_type == "sinusoidal"
     n = count_parameters(config)
     assert n == expected_parameters(37000, d, d_ff, 6)
     assert round(n / 1e6, 1) == millions
 
 
 def test_paper_symbols_set_both_stacks():
-    config = VanillaTransformerConfig.from_preset("base", N=2, h=4, d_ff=128, P_drop=0.2, eps_ls=0.0, d_k=16)
+    config = VanillaTransformerConfig.from_preset("base", N=2, h=4, d_ff=128, P_drop=0.2, d_k=16)
     assert (config.encoder_layers, config.decoder_layers) == (2, 2)
     assert (config.encoder_attention_heads, config.decoder_attention_heads) == (4, 4)
     assert (config.encoder_ffn_dim, config.decoder_ffn_dim) == (128, 128)
-    assert (config.dropout, config.label_smoothing) == (0.2, 0.0)
+    assert config.dropout == 0.2
     assert config.encoder_head_dims == (16, 128)
 
 
@@ -77,14 +79,13 @@ def test_round_trip_through_json(tmp_path):
         ({"d_k": 0}, "d_k"),
         ({"P_drop": 1.0}, "dropout"),
         ({"attention_dropout": -0.1}, "attention_dropout"),
-        ({"eps_ls": 1.5}, "label_smoothing"),
         ({"pad_token_id": 64}, "pad_token_id"),
         ({"eos_token_id": -1}, "eos_token_id"),
         ({"decoder_start_token_id": 1000}, "decoder_start_token_id"),
         ({"activation_function": "tanh"}, "activation_function"),
         ({"position_embedding_type": "rotary"}, "position_embedding_type"),
         ({"sinusoidal_layout": "weird"}, "sinusoidal_layout"),
-        ({"decoder_vocab_size": 70}, "decoder_vocab_size"),
+        ({"share_encoder_decoder_embeddings": False, "decoder_vocab_size": -3}, "decoder_vocab_size"),
         ({"d_k": True}, "d_k"),
         ({"layer_norm_eps": "1e-5"}, "layer_norm_eps"),
         ({"init_std": float("nan")}, "init_std"),
@@ -103,11 +104,11 @@ def test_invalid_values_raise_and_name_the_field(overrides, field):
 
 
 def test_the_constructor_takes_the_paper_symbols_as_from_preset_does():
-    config = VanillaTransformerConfig(vocab_size=50, d_model=16, N=1, h=2, d_ff=32, P_drop=0.2, eps_ls=0.0)
+    config = VanillaTransformerConfig(vocab_size=50, d_model=16, N=1, h=2, d_ff=32, P_drop=0.2)
     assert (config.encoder_layers, config.decoder_layers) == (1, 1)
     assert (config.encoder_attention_heads, config.decoder_attention_heads) == (2, 2)
     assert (config.encoder_ffn_dim, config.decoder_ffn_dim) == (32, 32)
-    assert (config.dropout, config.label_smoothing) == (0.2, 0.0)
+    assert config.dropout == 0.2
     assert not hasattr(config, "N") and "N" not in config.to_dict()
     with pytest.raises(ValueError, match="N=2 and encoder_layers=3 disagree"):
         VanillaTransformerConfig(N=2, encoder_layers=3)
@@ -137,9 +138,54 @@ def test_unknown_preset():
         VanillaTransformerConfig.from_preset("huge")
 
 
-def test_sharing_without_tying_is_refused():
-    with pytest.raises(ValueError, match="tie_word_embeddings"):
-        VanillaTransformerForConditionalGeneration(tiny_config(tie_word_embeddings=False))
+def test_untied_sharing_gives_three_matrices_over_one_vocabulary():
+    """tie_word_embeddings=False unties every matrix in transformers 5, as in Marian: source, target and
+    the projection each have their own, all of the one shared vocabulary."""
+    model = VanillaTransformerForConditionalGeneration(
+        tiny_config(tie_word_embeddings=False, decoder_vocab_size=7)
+    )
+    weights = [
+        model.get_encoder().embed_tokens.weight,
+        model.get_decoder().embed_tokens.weight,
+        model.lm_head.weight,
+    ]
+    assert len({id(weight) for weight in weights}) == 3
+    assert all(weight.shape == (64, 32) for weight in weights)
+
+
+def test_the_target_vocabulary_follows_a_shared_vocabulary_changed_after_the_config_was_made():
+    config = tiny_config()
+    config.vocab_size = 40
+    model = VanillaTransformerForConditionalGeneration(config)
+    assert config.target_vocab_size == 40
+    assert model.lm_head.weight.shape[0] == model.get_decoder().embed_tokens.weight.shape[0] == 40
+
+
+def test_label_smoothing_is_refused_as_a_model_setting_with_where_it_goes():
+    for name in ("eps_ls", "label_smoothing"):
+        with pytest.raises(ValueError, match="setting of training.*--label-smoothing"):
+            VanillaTransformerConfig.from_preset("base", **{name: 0.1})
+
+
+def test_a_config_saved_with_label_smoothing_loads_and_keeps_it_for_training(tmp_path, caplog):
+    """Configs saved by earlier versions of the package carry their run's label smoothing: they load,
+    with one warning, and `legacy_label_smoothing` gives training the value."""
+    tiny_config().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "label_smoothing" not in saved
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "label_smoothing": 0.2}))
+    logging.warning_once.cache_clear()
+    with CaptureLogger(logging.get_logger("hf_vanilla_transformer.configuration_vanilla_transformer")) as log:
+        config = VanillaTransformerConfig.from_pretrained(tmp_path)
+    assert log.out.count("label_smoothing=0.2") == 1
+    assert legacy_label_smoothing(config) == 0.2
+    assert legacy_label_smoothing(tiny_config()) is None
+    model = VanillaTransformerForConditionalGeneration(config)
+    src = torch.randint(4, 64, (2, 5))
+    labels = torch.randint(4, 64, (2, 4))
+    out = model(input_ids=src, labels=labels)
+    expected = torch.nn.functional.cross_entropy(out.logits.view(-1, 64), labels.view(-1))
+    torch.testing.assert_close(out.loss, expected)
 
 
 def test_misspelled_override_is_refused():

@@ -7,15 +7,13 @@ import threading
 
 import pytest
 import torch
-from conftest import MEASURED_ONEDNN_MINIMA, tiny_model
+from conftest import MEASURED_ONEDNN_MINIMA, grad_fn_names, tiny_model
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from hf_vanilla_transformer import cpu_speedups
-from hf_vanilla_transformer.modeling_vanilla_transformer import (
-    eager_attention_forward,
-    label_smoothed_cross_entropy,
-)
+from hf_vanilla_transformer.loss import label_smoothed_cross_entropy
+from hf_vanilla_transformer.modeling_vanilla_transformer import eager_attention_forward
 
 ONEDNN = pytest.mark.skipif(not cpu_speedups._X86_ONEDNN, reason="the oneDNN path is taken on x86 CPUs only")
 
@@ -27,25 +25,17 @@ def random_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, vocab: int 
     return src, tgt
 
 
-def grad_fn_names(output: torch.Tensor) -> set[str]:
-    seen, stack = set(), [output.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is not None and node not in seen:
-            seen.add(node)
-            stack.extend(next_node for next_node, _ in node.next_functions)
-    return {type(node).__name__ for node in seen}
-
-
 def training_step(monkeypatch, enabled: bool, **overrides):
-    """Loss, gradients and autograd node names of one training step of the same model and dropout masks."""
+    """Loss, gradients and autograd node names of one training step of the same model and dropout masks,
+    with the label-smoothed training loss."""
     monkeypatch.setattr(cpu_speedups, "ENABLED", enabled)
     src, tgt = random_batch()
     model = tiny_model(seed=3, **overrides).train()
     if model.config.output_bias:
         model.final_logits_bias.normal_(generator=torch.Generator().manual_seed(5))
     torch.manual_seed(7)
-    loss = model(input_ids=src, labels=tgt).loss
+    logits = model(input_ids=src, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(tgt)).logits
+    loss = label_smoothed_cross_entropy(logits, tgt, 0.1)  # the training loss, as `train` computes it
     loss.backward()
     return loss, {name: p.grad for name, p in model.named_parameters()}, grad_fn_names(loss)
 
@@ -324,48 +314,6 @@ def test_beam_reordering_fills_a_free_position_and_equals_plain_reordering(monke
     torch.testing.assert_close(filled.sequences_scores, plain.sequences_scores)  # other GEMMs when off
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunked_loss_and_gradient_equal_torch_cross_entropy(monkeypatch, dtype):
-    vocab = 50
-    # 3 rows per chunk: 10 positions make chunks of 3, 3, 3 and 1, with ignored positions across a boundary.
-    monkeypatch.setitem(cpu_speedups._CROSS_ENTROPY_CHUNK_BYTES, "cpu", 3 * 4 * vocab)
-    generator = torch.Generator().manual_seed(0)
-    logits = torch.randn(2, 5, vocab, generator=generator).to(dtype).requires_grad_()
-    assert cpu_speedups._chunk_rows(logits) == 3
-    labels = torch.randint(0, vocab, (2, 5), generator=generator)
-    labels[0, 2:4] = -100
-    loss = label_smoothed_cross_entropy(logits, labels, 0.1)
-    assert "_SmoothedCrossEntropySumBackward" in grad_fn_names(loss)
-    loss.backward()
-    reference_logits = logits.detach().float().requires_grad_()
-    reference = nn.functional.cross_entropy(
-        reference_logits.view(-1, vocab), labels.view(-1), ignore_index=-100, label_smoothing=0.1
-    )
-    reference.backward()
-    torch.testing.assert_close(loss, reference)
-    assert logits.grad.dtype == dtype
-    torch.testing.assert_close(logits.grad, reference_logits.grad.to(dtype))
-    assert (logits.grad[0, 2:4] == 0).all()
-
-
-def test_chunked_loss_of_a_batch_without_labels_leaves_zero_gradients_like_torch():
-    """All positions -100: the mean is 0 / 0 (NaN) in both, but no gradient may carry the NaN into the
-    weights: torch's cross_entropy gives every unlabelled position a zero gradient."""
-    logits = torch.randn(2, 3, 11, requires_grad=True)
-    labels = torch.full((2, 3), -100)
-    loss = label_smoothed_cross_entropy(logits, labels, 0.1)
-    assert "_SmoothedCrossEntropySumBackward" in grad_fn_names(loss)
-    loss.backward()
-    reference_logits = logits.detach().clone().requires_grad_()
-    reference = nn.functional.cross_entropy(
-        reference_logits.view(-1, 11), labels.view(-1), ignore_index=-100, label_smoothing=0.1
-    )
-    reference.backward()
-    assert loss.isnan() and reference.isnan()
-    assert torch.equal(reference_logits.grad, torch.zeros_like(logits))
-    assert torch.equal(logits.grad, torch.zeros_like(logits))
-
-
 @pytest.mark.parametrize("enabled", [True, False])
 def test_labels_of_another_length_than_the_decoder_inputs_are_refused_in_one_line(monkeypatch, enabled):
     monkeypatch.setattr(cpu_speedups, "ENABLED", enabled)
@@ -374,36 +322,6 @@ def test_labels_of_another_length_than_the_decoder_inputs_are_refused_in_one_lin
     message = r"labels have shape \(3, 8\) but the decoder gave logits for \(3, 7\) positions"
     with pytest.raises(ValueError, match=message):
         model(input_ids=src, decoder_input_ids=tgt, labels=torch.cat([tgt, tgt[:, :1]], dim=1))
-
-
-@pytest.mark.parametrize("label", [-1, -101, 50])
-def test_chunked_loss_refuses_labels_that_cross_entropy_refuses(label):
-    logits = torch.randn(4, 50, requires_grad=True)
-    labels = torch.tensor([1, 2, label, -100])
-    with pytest.raises(IndexError):
-        nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.1)
-    with pytest.raises(IndexError, match=f"Label {label} is out of bounds"):
-        cpu_speedups.chunked_label_smoothed_cross_entropy_sum(logits, labels, 0.1)
-
-
-def test_chunked_loss_double_backward_and_torch_func_equal_torch_cross_entropy():
-    generator = torch.Generator().manual_seed(0)
-    logits = torch.randn(6, 11, generator=generator, requires_grad=True)
-    labels = torch.tensor([1, 2, -100, 4, 5, 6])
-
-    def reference(z: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(z, labels, ignore_index=-100, label_smoothing=0.1)
-
-    (grad,) = torch.autograd.grad(
-        label_smoothed_cross_entropy(logits, labels, 0.1), logits, create_graph=True
-    )
-    (grad_ref,) = torch.autograd.grad(reference(logits), logits, create_graph=True)
-    torch.testing.assert_close(grad, grad_ref)
-    (second,) = torch.autograd.grad(grad.square().sum(), logits)
-    (second_ref,) = torch.autograd.grad(grad_ref.square().sum(), logits)
-    torch.testing.assert_close(second, second_ref)
-    func_grad = torch.func.grad(lambda z: label_smoothed_cross_entropy(z, labels, 0.1))(logits.detach())
-    torch.testing.assert_close(func_grad, torch.func.grad(reference)(logits.detach()))
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])

@@ -6,7 +6,7 @@ import torch
 from conftest import tiny_model
 from test_marian_reference import random_marian
 
-from hf_vanilla_transformer import cpu_speedups
+from hf_vanilla_transformer import loss as training_loss
 from hf_vanilla_transformer.conversion import convert_marian
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -100,12 +100,12 @@ def test_chunked_loss_on_cuda_equals_torch_cross_entropy(monkeypatch, dtype):
     """The chunked label-smoothed loss on a GPU (as benchmarks/bench_loss.py measures it there), chunk
     boundaries included: the same loss and gradient as torch's cross_entropy on float32 logits."""
     vocab = 50
-    monkeypatch.setitem(cpu_speedups._CROSS_ENTROPY_CHUNK_BYTES, "cuda", 3 * 4 * vocab)
+    monkeypatch.setitem(training_loss._CROSS_ENTROPY_CHUNK_BYTES, "cuda", 3 * 4 * vocab)
     generator = torch.Generator(CUDA).manual_seed(0)
     logits = torch.randn(10, vocab, device=CUDA, generator=generator).to(dtype).requires_grad_()
     labels = torch.randint(0, vocab, (10,), device=CUDA, generator=generator)
     labels[2:4] = -100
-    loss = cpu_speedups.chunked_label_smoothed_cross_entropy_sum(logits, labels, 0.1)
+    loss = training_loss.chunked_label_smoothed_cross_entropy_sum(logits, labels, 0.1)
     loss.backward()
     reference_logits = logits.detach().float().requires_grad_()
     reference = torch.nn.functional.cross_entropy(

@@ -141,7 +141,6 @@ def train_reverse_model(folder: Path, variant: str) -> Path:
         d_ff=64,
         max_position_embeddings=64,
         P_drop=0.0,
-        eps_ls=0.0,
         **VARIANTS[variant],
     )
     model = VanillaTransformerForConditionalGeneration(config)

@@ -80,6 +80,7 @@ RESULTS = {
     "tgt_lang": "de",
     "dev_bleu": 13.5,
     "dev_loss": 3.21,
+    "label_smoothing": 0.1,
 }
 # The branch's model folder has no results.json, only the Trainer's state.
 TRAINER_STATE = {
@@ -99,6 +100,7 @@ MAIN_FILES = {
     "generation_vanilla_transformer.py",
     "cpu_speedups.py",
     "hardware.py",
+    "embeddings_vanilla_transformer.py",
     "tokenizer.json",
     "tokenizer_config.json",
     "translation_pipeline.py",
@@ -371,6 +373,7 @@ def test_model_card_metadata_holds_the_measured_figures(
         assert figure in card.text, figure
     assert f"signature `{RESULTS['bleu_signature']}`" in card.text
     assert f"| parameters | {model_dirs['expected']['main']['parameters']:,} |" in card.text
+    assert "| label smoothing | 0.1 | ε_ls |" in card.text
     assert f"| {NOT_MEASURED} |" not in card.text
     # Users without the package run the repo's copied code: the card names the transformers versions it
     # needs, and the ones installed here satisfy them.

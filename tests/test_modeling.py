@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 from conftest import tiny_model
+from transformers import AutoModelForSeq2SeqLM
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
-from hf_vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy
 
 BOS, PAD, EOS = 0, 1, 2
 
@@ -19,14 +19,16 @@ def random_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, vocab: int 
     return src, tgt
 
 
-def pad_right(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def pad(rows: list[torch.Tensor], side: str = "right") -> tuple[torch.Tensor, torch.Tensor, list[slice]]:
+    """The rows padded to one width on `side`, their attention mask, and where each row's tokens are."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), PAD)
     mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = row
-        mask[i, : len(row)] = 1
-    return ids, mask
+    spans = [slice(0, len(r)) if side == "right" else slice(width - len(r), width) for r in rows]
+    for i, (row, span) in enumerate(zip(rows, spans)):
+        ids[i, span] = row
+        mask[i, span] = 1
+    return ids, mask, spans
 
 
 # Section 3.5 -----------------------------------------------------------------------------------------
@@ -146,13 +148,16 @@ def test_embeddings_are_scaled_by_sqrt_d_model():
 # Section 3.1 / 3.2: masks, padding, causality --------------------------------------------------------
 
 
-def test_padded_batch_equals_each_input_alone():
+# Positions count from each sequence's first token, so padding on either side leaves the tokens' encodings as
+# they are alone (fairseq pads sources on the left).
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padded_batch_equals_each_input_alone(side):
     model = tiny_model()
     generator = torch.Generator().manual_seed(3)
     sources = [torch.randint(4, 64, (n,), generator=generator) for n in (9, 4, 6)]
     targets = [torch.randint(4, 64, (n,), generator=generator) for n in (3, 7, 5)]
-    src, src_mask = pad_right(sources)
-    tgt, tgt_mask = pad_right(targets)
+    src, src_mask, src_spans = pad(sources, side)
+    tgt, tgt_mask, tgt_spans = pad(targets, side)
     with torch.no_grad():
         batched = model(
             input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask
@@ -160,20 +165,21 @@ def test_padded_batch_equals_each_input_alone():
         for i, (s, t) in enumerate(zip(sources, targets)):
             alone = model(input_ids=s[None], decoder_input_ids=t[None])
             torch.testing.assert_close(
-                batched.encoder_last_hidden_state[i, : len(s)],
+                batched.encoder_last_hidden_state[i, src_spans[i]],
                 alone.encoder_last_hidden_state[0],
                 atol=1e-5,
                 rtol=0,
             )
-            torch.testing.assert_close(batched.logits[i, : len(t)], alone.logits[0], atol=1e-5, rtol=0)
+            torch.testing.assert_close(batched.logits[i, tgt_spans[i]], alone.logits[0], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_padded_generation_equals_each_input_alone(num_beams):
+def test_padded_generation_equals_each_input_alone(num_beams, side):
     model = tiny_model()
     generator = torch.Generator().manual_seed(4)
     sources = [torch.randint(4, 64, (n,), generator=generator) for n in (9, 3, 6)]
-    src, mask = pad_right(sources)
+    src, mask, _ = pad(sources, side)
     kwargs = dict(max_new_tokens=8, num_beams=num_beams, do_sample=False, early_stopping=True)
     batched = model.generate(input_ids=src, attention_mask=mask, **kwargs)
     for i, s in enumerate(sources):
@@ -324,41 +330,22 @@ def test_beam_search_options():
     assert (scores[:, :-1] >= scores[:, 1:]).all()
 
 
-# Section 5.4: label smoothing, and the loss under gradient accumulation ----------------------------
+# The loss (label smoothing is training's: test_loss.py), and under gradient accumulation ----------------
 
 
-@pytest.mark.parametrize("requires_grad", [False, True], ids=["torch's cross_entropy", "chunked on a CPU"])
-def test_label_smoothed_loss_equals_hand_computation(requires_grad):
-    """Both implementations of Section 5.4's loss, torch's `cross_entropy` (GPUs, inference, compiled) and
-    `cpu_speedups`' chunked loss (CPU training), against the formula computed by hand."""
-    torch.manual_seed(0)
-    logits = torch.randn(2, 5, 11, requires_grad=requires_grad)
-    labels = torch.randint(0, 11, (2, 5))
-    labels[1, 3:] = -100
-    eps = 0.1
-    total, count = 0.0, 0
-    for b in range(2):
-        for t in range(5):
-            y = labels[b, t].item()
-            if y == -100:
-                continue
-            log_p = torch.log_softmax(logits[b, t].double(), dim=-1)
-            smoothed = torch.full((11,), eps / 11, dtype=torch.float64)
-            smoothed[y] += 1 - eps
-            total += -(smoothed * log_p).sum().item()
-            count += 1
-    assert label_smoothed_cross_entropy(logits, labels, eps).item() == pytest.approx(total / count, rel=1e-6)
-
-
-def test_model_loss_uses_config_label_smoothing_and_shifts_labels():
-    model = tiny_model(eps_ls=0.2)
+def test_model_loss_is_the_cross_entropy_of_the_labels_shifted_right():
+    model = tiny_model()
     src, tgt = random_batch()
+    tgt[1, 4:] = -100
     with torch.no_grad():
         out = model(input_ids=src, labels=tgt)
-        decoder_input_ids = torch.cat([torch.full((3, 1), BOS), tgt[:, :-1]], dim=1)
+        decoder_input_ids = torch.cat([torch.full((3, 1), BOS), tgt[:, :-1]], dim=1).masked_fill(
+            torch.cat([torch.zeros(3, 1, dtype=torch.bool), tgt[:, :-1] == -100], dim=1), PAD
+        )
         logits = model(input_ids=src, decoder_input_ids=decoder_input_ids).logits
     torch.testing.assert_close(out.logits, logits)
-    assert out.loss.item() == pytest.approx(label_smoothed_cross_entropy(logits, tgt, 0.2).item(), rel=1e-6)
+    expected = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1))
+    torch.testing.assert_close(out.loss, expected)
 
 
 def test_ignored_labels_become_padding_in_decoder_inputs():
@@ -442,3 +429,30 @@ def test_inference_sees_updates_that_leave_version_counters_alone():
     assert torch.equal(
         model.generate(src, num_beams=2, max_new_tokens=5), fresh.generate(src, num_beams=2, max_new_tokens=5)
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_loaded_in_half_precision_it_computes_in_it_and_agrees_with_float32(tmp_path, dtype):
+    """`from_pretrained(dtype=...)`, as models are loaded on GPUs: every tensor of the forward pass in that
+    dtype (the positional table is float32 until it is added), and the logits and greedy translations of the
+    float32 model within the dtype's rounding: at each step the token chosen in half precision is one whose
+    float32 logit is within that rounding of the float32 model's best."""
+    model = tiny_model(seed=4)
+    model.save_pretrained(tmp_path)
+    half = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, dtype=dtype)
+    assert {p.dtype for p in half.parameters()} == {dtype}
+    src, tgt = random_batch()
+    with torch.no_grad():
+        expected = model(input_ids=src, decoder_input_ids=tgt)
+        out = half(input_ids=src, decoder_input_ids=tgt)
+    assert out.logits.dtype == out.encoder_last_hidden_state.dtype == dtype
+    # Rounding of the dtype through a few layers: 8 units in the last place of the logits' scale.
+    tolerance = 8 * torch.finfo(dtype).eps * expected.logits.abs().max()
+    torch.testing.assert_close(out.logits.float(), expected.logits, atol=tolerance, rtol=0)
+
+    generated = half.generate(src, max_new_tokens=6, num_beams=1, do_sample=False)
+    with torch.no_grad():
+        reference = model(input_ids=src, decoder_input_ids=generated[:, :-1]).logits
+    chosen = reference.gather(-1, generated[:, 1:, None]).squeeze(-1)
+    finished = (generated[:, :-1] == EOS).cumsum(-1) > 0  # steps after the end token are padding
+    assert ((reference.max(-1).values - chosen <= 2 * tolerance) | finished).all()

@@ -9,6 +9,7 @@ import torch
 from conftest import tiny_model
 
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+from hf_vanilla_transformer.loss import label_smoothed_cross_entropy
 from hf_vanilla_transformer.schedule import build_paper_optimizer, get_noam_schedule
 
 PAD, EOS = 1, 2
@@ -86,7 +87,8 @@ def padded(sequences: list[list[int]], fill: int) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def copier():
-    """A tiny post-LN Transformer trained with the paper's optimizer and schedule to copy its input."""
+    """A tiny post-LN Transformer trained with the paper's optimizer, schedule and label smoothing to copy its
+    input."""
     model = tiny_model(seed=0, P_drop=0.0)
     model.train()
     optimizer = build_paper_optimizer(model)
@@ -96,7 +98,11 @@ def copier():
         sequences = copy_batch(generator, 64)
         inputs = padded([s + [EOS] for s in sequences], PAD)
         labels = padded([s + [EOS] for s in sequences], -100)
-        loss = model(input_ids=inputs, attention_mask=(inputs != PAD).long(), labels=labels).loss
+        decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+        logits = model(
+            input_ids=inputs, attention_mask=(inputs != PAD).long(), decoder_input_ids=decoder_input_ids
+        ).logits
+        loss = label_smoothed_cross_entropy(logits, labels, 0.1)  # Section 5.4's label smoothing
         loss.backward()
         optimizer.step()
         schedule.step()

@@ -59,7 +59,7 @@ def train_reversal(folder: Path, variant: str) -> Path:
     tokenizer = tokenizer_from_fairseq_dictionary(SPECIALS + WORDS)
     target_words = [word.upper() for word in WORDS] if variant == "separate" else WORDS
     target_tokenizer = tokenizer_from_fairseq_dictionary(SPECIALS + target_words)
-    model = tiny_model(vocab_size=len(tokenizer), P_drop=0.0, eps_ls=0.0, **VARIANTS[variant]).train()
+    model = tiny_model(vocab_size=len(tokenizer), P_drop=0.0, **VARIANTS[variant]).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98))
     for step in range(TRAINING_STEPS):
         sources = _sentences(32, seed=step)

@@ -370,6 +370,25 @@ def test_fine_tuning_starts_from_the_pretrained_model_and_its_tokenizer(corpus, 
         run_training(settings(corpus, tmp_path / "x", init_from=str(pretrained / "model")))
 
 
+def test_fine_tuning_a_model_saved_with_label_smoothing_in_its_config_trains_with_it(corpus, tmp_path):
+    """Configs saved by earlier versions of the package carry their run's label smoothing: fine-tuning
+    takes it as the recipe's, unless --label-smoothing says otherwise, and the fine-tuned model's config is
+    left without it."""
+    pretrained = tmp_path / "pretrained"
+    run_training(settings(corpus, pretrained, max_steps=1, average_checkpoints=1, label_smoothing=0.1))
+    config_file = pretrained / "model" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "label_smoothing": 0.3}))
+    for given, expected in ((None, 0.3), (0.0, 0.0)):
+        tuned = tmp_path / f"tuned-{given}"
+        run_training(
+            settings(
+                corpus, tuned, init_from=str(pretrained / "model"), model_overrides={}, label_smoothing=given
+            )
+        )
+        assert json.loads((tuned / "model" / "results.json").read_text())["label_smoothing"] == expected
+        assert "label_smoothing" not in json.loads((tuned / "model" / "config.json").read_text())
+
+
 def test_dev_bleu_at_every_dev_evaluation(corpus, tmp_path, caplog):
     """eval_bleu: every dev evaluation during training also translates the dev set and scores it with the
     package's sacreBLEU metric; the Trainer records it as eval_bleu next to eval_loss."""
@@ -394,10 +413,11 @@ def test_length_penalty_chosen_on_dev_is_saved_and_decodes_the_test_set(corpus, 
     # the paper's dropout, label smoothing, Adam and Eq. 3 to the end, and 4096-token batches, under which the
     # tiny model learns by heart fastest.
     val = str(corpus / "val")
-    tiny = {"d_model": 32, "N": 1, "h": 2, "d_ff": 64, "dropout": 0.1, "label_smoothing": 0.1}
+    tiny = {"d_model": 32, "N": 1, "h": 2, "d_ff": 64, "dropout": 0.1}
     tiny.update(attention_dropout=0.0, activation_dropout=0.0)
     run = settings(
         corpus, tmp_path, preset="cpu", train=val, dev=val, test=val, max_steps=100, warmup_steps=20,
+        label_smoothing=0.1,
         lr_scale=0.3, vocab_size=200, bf16=False, max_eval_sentences=12, model_overrides=tiny,
         weight_decay=0.0, cooldown_steps=0, tokens_per_step=4096, max_tokens=4096,
     )  # fmt: skip

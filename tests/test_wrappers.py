@@ -10,7 +10,7 @@ from conftest import tiny_model
 from transformers.cache_utils import DynamicCache
 from transformers.generation import GenerationMixin
 
-from hf_vanilla_transformer import cpu_speedups
+from hf_vanilla_transformer import loss as training_loss
 from hf_vanilla_transformer.generation_vanilla_transformer import PaperDecodingMixin
 
 
@@ -65,29 +65,33 @@ def test_inputs_embeds_equal_input_ids_for_encoder_and_decoder(shared):
 
 
 def test_torch_compile_fullgraph_training_forward_equals_eager(monkeypatch):
-    # Compiled, the loss is torch's own: the chunked CPU loss must not be traced into the graph.
+    """The model compiled whole, its own loss and the training loss over its logits: the same losses and
+    gradients as eager. The chunked CPU loss runs outside the graph, never traced into it."""
     traced = []
-    chunked_forward = cpu_speedups._SmoothedCrossEntropySum.forward
+    chunked_forward = training_loss._SmoothedCrossEntropySum.forward
 
     def recording_forward(*args):
         traced.append(torch.compiler.is_compiling())
         return chunked_forward(*args)
 
-    monkeypatch.setattr(cpu_speedups._SmoothedCrossEntropySum, "forward", staticmethod(recording_forward))
+    monkeypatch.setattr(training_loss._SmoothedCrossEntropySum, "forward", staticmethod(recording_forward))
     torch._dynamo.reset()
     model = tiny_model(P_drop=0.0).train()
     src, tgt = random_batch(batch=2)
-    eager_loss = model(input_ids=src, labels=tgt).loss
-    eager_loss.backward()
-    eager_grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
     compiled = torch.compile(model, fullgraph=True)
-    compiled_loss = compiled(input_ids=src, labels=tgt).loss
-    compiled_loss.backward()
-    torch.testing.assert_close(compiled_loss, eager_loss, atol=1e-5, rtol=1e-5)
-    for p, g in zip(model.parameters(), eager_grads):
-        torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-4)
-    assert traced == [False]  # the eager step's loss only
+    results = []
+    for module in (model, compiled):
+        model.zero_grad()
+        out = module(input_ids=src, labels=tgt)
+        smoothed = training_loss.label_smoothed_cross_entropy(out.logits, tgt, 0.1)
+        (out.loss + smoothed).backward()
+        results.append((out.loss, smoothed, [p.grad.clone() for p in model.parameters()]))
+    (eager_loss, eager_smoothed, eager_grads), (loss, smoothed, grads) = results
+    torch.testing.assert_close(loss, eager_loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(smoothed, eager_smoothed, atol=1e-5, rtol=1e-5)
+    for grad, expected in zip(grads, eager_grads):
+        torch.testing.assert_close(grad, expected, atol=1e-5, rtol=1e-4)
+    assert traced == [False, False]
 
 
 def test_torch_compile_fullgraph_cached_decoding_step_equals_eager():

@@ -313,7 +313,6 @@ def config_from_fairseq(
             attention_dropout=float(args["attention_dropout"]),
             activation_dropout=float(args["activation_dropout"]),
             activation_function=_FAIRSEQ_ACTIVATIONS[args["activation_fn"]],
-            label_smoothing=float(args.get("label_smoothing", 0.1)),
             max_position_embeddings=max(args["max_source_positions"], args["max_target_positions"]),
             sinusoidal_layout="fairseq",
             scale_embedding=not args["no_scale_embedding"],
