@@ -479,6 +479,49 @@ def test_batches_keep_to_the_token_budget(translator: Translator) -> None:
     assert sum(batch["requests"] for batch in batches[1:]) == len(SENTENCES) and len(batches) > 2
 
 
+def test_a_split_paragraphs_sentences_share_batches_with_other_requests(translator: Translator) -> None:
+    """A paragraph's sentences are segments of their own: batched by the token budget like any others, with
+    a request that arrives meanwhile in the very next batch, answered while the paragraph goes on."""
+    paragraph = " ".join(f"{text}." for text in SENTENCES * 2)
+    sentences = len(SENTENCES) * 2
+    longest = max(len(translator.tokenizer(f"{text}.")["input_ids"]) for text in SENTENCES)
+    with in_process(translator, max_batch_tokens=3 * longest) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(2) as pool:
+            long = pool.submit(post, server.url, "/v1/translate", {"q": paragraph, "split_sentences": True})
+            assert server.translator.started.wait(30)  # the paragraph's first batch decodes, held at the gate
+            short = pool.submit(
+                post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"}
+            )
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
+            server.translator.gate.set()
+            assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
+            shown = long.result().json()["results"][0]["translations"]
+        expected = translator.translate_n_best([paragraph], split_sentences=True, progress=False)[0]
+        assert [h["text"] for h in shown] == [expected.text]
+        batches = server.stats()["recent_batches"]
+    assert batches[1]["requests"] == 2  # the short request went into the batch right after the first
+    assert sum(batch["segments"] for batch in batches) == sentences + 1
+    assert all(1 < batch["segments"] for batch in batches[:-1])  # sentences decoded together, not one by one
+    assert len(batches) < sentences
+
+
+def test_a_paragraph_whose_client_leaves_stops_at_the_next_batch(translator: Translator) -> None:
+    paragraph = " ".join(f"{text}." for text in SENTENCES * 2)
+    longest = max(len(translator.tokenizer(f"{text}.")["input_ids"]) for text in SENTENCES)
+    with in_process(translator, max_batch_tokens=2 * longest) as server:
+        server.close_gate()
+        leaving = open_request(server.url, {"q": paragraph, "split_sentences": True}, "/v1/translate")
+        assert server.translator.started.wait(30)
+        leaving.close()
+        wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 0)
+        server.translator.gate.set()
+        # The worker drops the request's other sentences once its first batch is done.
+        wait_for(lambda: server.stats()["dropped_requests"] == 1)
+        stats = server.stats()
+    assert stats["batches"] == 1 and stats["segments"] <= 2 < 2 * len(SENTENCES)
+
+
 def test_without_batching_each_request_is_its_own_batch(translator: Translator) -> None:
     with in_process(translator, batching=False) as server:
         with ThreadPoolExecutor(4) as pool:
@@ -511,12 +554,12 @@ def test_health_answers_during_a_long_batch_and_a_full_queue_is_503(translator: 
         assert post(server.url, "/translate", body).status_code == 200  # the queue drained
 
 
-def open_request(url: str, body: dict) -> socket.socket:
+def open_request(url: str, body: dict, path: str = "/translate") -> socket.socket:
     """A request sent on a raw connection whose answer is never read: close it to hang up."""
     host, port = url.removeprefix("http://").split(":")
     payload = json.dumps(body).encode()
     connection = socket.create_connection((host, int(port)))
-    head = f"POST /translate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
     connection.sendall(f"{head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
     return connection
 

@@ -27,6 +27,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from ..model_location import RESULTS_FILE, read_json_object
 
 LOOPBACK_HOSTS = ("localhost",)
+# Seconds a refused client has to read its answer before the connection closes.
+LINGER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,13 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._clock: asyncio.TimerHandle | None = None
         self._phase: str | None = None
+        self._closing_after_answer = False
         super().connection_made(transport)
         self._watch()
 
     def data_received(self, data: bytes) -> None:
+        if self._closing_after_answer:
+            return  # the rest of a refused request
         super().data_received(data)
         self._watch()
 
@@ -84,15 +89,21 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
-        self._stop_clock()
-        self.transport.write(
-            json_error_response(
-                400,
-                "the server cannot parse this HTTP request (its request line, a header or Content-Length "
-                "is malformed, or its head is too long); send a well-formed HTTP/1.1 request.",
-            )
+        self._answer_and_close(
+            400,
+            "the server cannot parse this HTTP request (its request line, a header or Content-Length is "
+            "malformed, or its head is too long); send a well-formed HTTP/1.1 request.",
         )
-        self.transport.close()
+
+    def _answer_and_close(self, status: int, message: str) -> None:
+        """Send the JSON error and close the connection once the client has had time to read it: closed at
+        once, with the client still sending, the connection would be reset and the answer lost."""
+        self._stop_clock()
+        self._closing_after_answer = True
+        self.transport.write(json_error_response(status, message))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
     def _stop_clock(self) -> None:
         if self._clock is not None:
@@ -121,24 +132,24 @@ class GuardedH11Protocol(H11Protocol):
 
     def _time_is_up(self, phase: str) -> None:
         self._clock, self._phase = None, None
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self._closing_after_answer:
             return
-        if phase == "head":
-            if self.conn.trailing_data[0]:  # part of a request arrived: say why it is refused
-                self._refuse(f"the request's headers did not arrive within {self.timeouts.header_s:g} s")
-            self.transport.close()
-            return
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_started:
-            self._refuse(f"the request's body did not arrive within {self.timeouts.body_s:g} s")
+        cycle = self.cycle if phase == "body" else None
         if cycle is not None:
             # The app, waiting for the rest of the body, is told the client has gone.
             cycle.disconnected = True
             cycle.message_event.set()
-        self.transport.close()
-
-    def _refuse(self, reason: str) -> None:
-        self.transport.write(json_error_response(408, f"{reason}; send the whole request at once."))
+        if phase == "head" and not self.conn.trailing_data[0]:
+            self.transport.close()  # nothing of a request came: nobody to answer
+        elif cycle is not None and cycle.response_started:
+            self.transport.close()  # answered already; the rest of the body is not waited for
+        else:
+            limit = self.timeouts.header_s if phase == "head" else self.timeouts.body_s
+            what = "headers" if phase == "head" else "body"
+            self._answer_and_close(
+                408,
+                f"the request's {what} did not arrive within {limit:g} s; send the whole request at once.",
+            )
 
 
 def guarded_protocol(timeouts: Timeouts) -> type[GuardedH11Protocol]:
