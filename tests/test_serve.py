@@ -663,3 +663,6 @@ def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(model_dir: Path, t
     assert set(seen["burst"]) <= {"200 correct", "503"}
     assert result["faults"]["wellformed"]["correct"] == result["faults"]["wellformed"]["answered"] > 0
     assert result["healthy_after_faults"] and result["unbatched"]["mean_requests_per_batch"] == 1
+    fairness = result["fairness"]
+    assert fairness["paragraph_correct"] == fairness["rounds"] == 1 and fairness["short_errors"] == 0
+    assert fairness["short_correct"] == fairness["short_answered"] > 0
