@@ -29,20 +29,12 @@ pytestmark = pytest.mark.skipif(
 from PIL import Image  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
-from test_export import train_reverse_model  # noqa: E402
-from test_serve import KEY, alone, in_process  # noqa: E402
+from test_serve import KEY, alone, in_process, model_dir_fixture, translator_fixture  # noqa: E402, F401
 
-from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
 from hf_vanilla_transformer.serving import ApiKeys  # noqa: E402
 
 WIDTH, HEIGHT = 1100, 900
 TEXT = "w1 w2 w3 w4 w5"
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory: pytest.TempPathFactory) -> Translator:
-    """The tiny model of test_serve.py, trained to reverse sequences of the words w0-w15."""
-    return load_translator(train_reverse_model(tmp_path_factory.mktemp("serve-model"), "paper"))
 
 
 @pytest.fixture(scope="module")

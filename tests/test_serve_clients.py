@@ -20,14 +20,15 @@ from urllib.error import HTTPError
 
 import pytest
 from conftest import free_port
-from test_export import train_reverse_model
-from test_serve import (  # noqa: F401 (every_error_has_one_shape: autouse, checks each test's errors)
+from test_serve import (  # noqa: F401 (the fixtures: every_error_has_one_shape checks each test's errors)
     KEY,
     alone,
     check_error_shape,
     every_error_has_one_shape,
     in_process,
+    model_dir_fixture,
     start_command,
+    translator_fixture,
 )
 
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
@@ -36,21 +37,10 @@ libretranslatepy = pytest.importorskip("libretranslatepy", reason="not installed
 deep_translator = pytest.importorskip("deep_translator", reason="not installed (pip install -e '.[test]')")
 py3langid = pytest.importorskip("py3langid", reason="not installed (pip install -e '.[serve]')")
 
-from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
+from hf_vanilla_transformer.engines import Translator  # noqa: E402
 from hf_vanilla_transformer.serving import ApiKeys  # noqa: E402
 
 PARAGRAPH = "w1 w2 w3. w4 w5 w6 w7. w8 w9."
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model of test_serve.py, trained to reverse sequences of the words w0-w15."""
-    return train_reverse_model(tmp_path_factory.mktemp("serve-model"), "paper")
-
-
-@pytest.fixture(scope="module")
-def translator(model_dir: Path) -> Translator:
-    return load_translator(model_dir)
 
 
 @pytest.fixture(scope="module", params=["open", "keys"])

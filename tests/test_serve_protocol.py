@@ -13,38 +13,28 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_export import train_reverse_model
-from test_serve import (  # noqa: F401 (every_error_has_one_shape: autouse, checks each test's errors)
+from test_serve import (  # noqa: F401 (the fixtures: every_error_has_one_shape checks each test's errors)
     SENTENCES,
     alone,
     check_error_shape,
     every_error_has_one_shape,
     in_process,
+    model_dir_fixture,
     post,
     start_command,
+    translator_fixture,
     wait_for,
 )
 
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
 pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
 
-from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
+from hf_vanilla_transformer.engines import Translator  # noqa: E402
 from hf_vanilla_transformer.serving import Timeouts  # noqa: E402
 
 SHORT = Timeouts(header_s=1.0, body_s=1.5, keep_alive_s=5.0, shutdown_s=10.0)
 # How long a test waits for an answer before it calls the server stuck: far beyond any limit under test.
 PATIENCE_S = 30
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model of test_serve.py, trained to reverse sequences of the words w0-w15."""
-    return train_reverse_model(tmp_path_factory.mktemp("serve-model"), "paper")
-
-
-@pytest.fixture(scope="module")
-def translator(model_dir: Path) -> Translator:
-    return load_translator(model_dir)
 
 
 @pytest.fixture(scope="module")
