@@ -29,7 +29,14 @@ pytestmark = pytest.mark.skipif(
 from PIL import Image  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
-from test_serve import KEY, alone, in_process, model_dir_fixture, translator_fixture  # noqa: E402, F401
+from test_serve import (  # noqa: E402, F401 (the fixtures: every_error_has_one_shape checks each test's errors)
+    KEY,
+    alone,
+    every_error_has_one_shape,
+    in_process,
+    model_dir_fixture,
+    translator_fixture,
+)
 
 from hf_vanilla_transformer.serving import ApiKeys  # noqa: E402
 

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         parse_origins,
         read_api_keys,
         recorded_languages,
-        run_server,
+        server_for,
     )
 
     engine = command_engine(args, parser)
@@ -177,14 +177,14 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     timeouts = Timeouts(
         header_s=args.header_timeout, body_s=args.body_timeout, shutdown_s=args.shutdown_timeout
     )
-    run_server(
+    server_for(
         create_app(translator, settings),
         host=args.host,
         port=args.port,
         timeouts=timeouts,
         max_head_bytes=settings.limits.max_body_bytes,
         log_level=args.log_level,
-    )
+    ).run()
 
 
 def main(argv: list[str] | None = None) -> int | None:

@@ -9,7 +9,7 @@ from .app import ServerSettings, create_app, translator_decode
 from .batcher import Batcher, QueueFull
 from .limits import ApiKeys, Limits, Refusal, read_api_keys
 from .middleware import parse_origins
-from .server import Timeouts, check_port, is_loopback, recorded_languages, run_server, server_for
+from .server import Timeouts, check_port, is_loopback, recorded_languages, server_for
 
 __all__ = [
     "ApiKeys",
@@ -25,7 +25,6 @@ __all__ = [
     "parse_origins",
     "read_api_keys",
     "recorded_languages",
-    "run_server",
     "server_for",
     "translator_decode",
 ]

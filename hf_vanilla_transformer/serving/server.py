@@ -176,7 +176,9 @@ def server_for(
     log_level: str = "info",
 ) -> GracefulServer:
     """The uvicorn server of `app` on `host`:`port`, with `timeouts`, accepting a request line and headers
-    of up to `max_head_bytes` (a query string carries a whole text for the clients that send it so)."""
+    of up to `max_head_bytes` (a query string carries a whole text for the clients that send it so);
+    `.run()` serves until SIGINT or SIGTERM. Each request is logged at log level "debug" only: under load
+    a line a request would drown the rest."""
     timeouts = timeouts or Timeouts()
     config = uvicorn.Config(
         app,
@@ -190,13 +192,6 @@ def server_for(
         access_log=log_level == "debug",
     )
     return GracefulServer(config)
-
-
-def run_server(app: FastAPI, **options: object) -> None:
-    """Serve `app` (`server_for` takes `options`) until SIGINT or SIGTERM, which stop it once the requests
-    in flight are answered. Each request is logged at log level "debug" only: under load a line a request
-    would drown the rest."""
-    server_for(app, **options).run()  # type: ignore[arg-type]
 
 
 def recorded_languages(model: str | Path) -> tuple[str, str] | None:
@@ -251,6 +246,5 @@ __all__ = [
     "is_loopback",
     "json_error_response",
     "recorded_languages",
-    "run_server",
     "server_for",
 ]
