@@ -85,9 +85,10 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", model]
         command += ["--port", str(self.port), "--log-level", "warning", *args]
-        # `code`: a folder whose hf_vanilla_transformer package the server imports instead of this one.
+        # `code`: a folder whose hf_vanilla_transformer package the server imports instead of this one
+        # (python -m looks in its working folder first).
         environment = {**os.environ, "PYTHONPATH": code} if code else None
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environment)
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environment, cwd=code)
         self.peak_rss = 0
         self._stop = threading.Event()
         deadline = time.monotonic() + 300
@@ -487,6 +488,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="2-3 s runs, few clients: a smoke test")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results_serve.json"))
     args = parser.parse_args(argv)
+    if Path(args.model).exists():  # the server may run in another folder (--server-code)
+        args.model = str(Path(args.model).resolve())
     if args.quick:
         args.clients, args.seconds, args.compare_clients, args.compare_seconds, args.rounds = 8, 3, 8, 2, 1
         args.fault_seconds, args.burst, args.max_queue = 3, 40, 8

@@ -1,6 +1,8 @@
 """The translation server (`vanilla-transformer serve`) over real HTTP on 127.0.0.1: LibreTranslate's API and
-the native one, the limits and error codes, API keys, batching across requests, a full queue, clients that
-go away, graceful shutdown on SIGTERM, and the curl examples of docs/serve.md.
+the native one, the limits and error codes, API keys, fair batching across requests (a paragraph's
+sentences shared out with other requests'), a full queue, clients that go away, graceful shutdown on
+SIGTERM, and the curl examples of docs/serve.md. Every error answer a test meets, here and in the other
+server tests that import `every_error_has_one_shape`, must be {"error": "..."}.
 
 Every translation the server gives is checked against the same text translated alone by the library
 (`Translator.translate_n_best`), with a small model trained to reverse sequences of words, so that answers
