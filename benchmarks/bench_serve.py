@@ -27,6 +27,17 @@ The load: asyncio clients on the loopback interface, each sending one sentence (
   (422), and bursts of requests that fill the queue (503 with Retry-After). The well-formed answers must
   stay correct, and the server's resident memory must return to its level after the load (its baseline).
 
+- fairness, `--fair-rounds` times: one client sends a paragraph of about `--paragraph-chars` (5000)
+  characters, sentences of `--data` joined, to `POST /v1/translate` with `split_sentences`, while
+  `--fair-clients` (4) clients send single sentences one after another to `POST /translate` until it is
+  answered: the short requests' p50/p95/max latency beside the same requests' with no paragraph in the
+  way, and the paragraph's own time, every answer checked (the paragraph against the library translating
+  it sentence by sentence). `--fairness-only` runs this alone; `--server-code DIR` serves from the package
+  in DIR instead (a checkout of another commit, to compare with):
+
+    git worktree add /tmp/serve-before COMMIT
+    python benchmarks/bench_serve.py --model MODEL --threads 1 --fairness-only --server-code /tmp/serve-before
+
 Runs on this machine only: the server listens on a free port of 127.0.0.1.
 """
 
@@ -69,12 +80,15 @@ def free_port() -> int:
 class Server:
     """`vanilla-transformer serve` in a subprocess on a free port of 127.0.0.1, with its memory sampled."""
 
-    def __init__(self, model: str, *args: str):
+    def __init__(self, model: str, *args: str, code: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", model]
         command += ["--port", str(self.port), "--log-level", "warning", *args]
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        # `code`: a folder whose hf_vanilla_transformer package the server imports instead of this one
+        # (python -m looks in its working folder first).
+        environment = {**os.environ, "PYTHONPATH": code} if code else None
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environment, cwd=code)
         self.peak_rss = 0
         self._stop = threading.Event()
         deadline = time.monotonic() + 300
@@ -311,6 +325,90 @@ async def faults(
     return {"wellformed": wellformed, "faults": seen}
 
 
+def latency_figures(latencies: list[float]) -> dict:
+    """p50, p95 and the longest of `latencies` (seconds), in milliseconds."""
+    return {
+        name: round(1000 * value, 1) if value is not None else None
+        for name, value in (
+            ("p50", percentile(latencies, 0.50)),
+            ("p95", percentile(latencies, 0.95)),
+            ("max", max(latencies, default=None)),
+        )
+    }
+
+
+async def fairness(
+    url: str,
+    paragraph: str,
+    expected: str,
+    sentences: list[str],
+    checker: Checker,
+    languages: tuple[str, str],
+    clients: int,
+    rounds: int,
+) -> dict:
+    """Short requests' latency with nobody else (as long as one paragraph takes) and while a paragraph is
+    translated sentence by sentence, `rounds` times; every answer checked."""
+    counts = {"short_answered": 0, "short_correct": 0, "short_errors": 0, "paragraph_correct": 0}
+    latencies: dict[str, list[float]] = {"quiet": [], "beside_paragraph": []}
+    paragraph_seconds: list[float] = []
+    order = iter(range(10**9))
+
+    async def shorts(http: httpx.AsyncClient, until: asyncio.Future | float, kind: str) -> None:
+        """Single sentences one after another until `until` (a deadline, or a request) is done."""
+        while not (until.done() if isinstance(until, asyncio.Future) else time.monotonic() > until):
+            text = sentences[next(order) % len(sentences)]
+            started = time.monotonic()
+            response = await http.post(f"{url}/translate", json=translate_body(*languages, text))
+            latencies[kind].append(time.monotonic() - started)
+            if response.status_code != 200:
+                counts["short_errors"] += 1
+                continue
+            counts["short_answered"] += 1
+            counts["short_correct"] += checker.check(text, response.json()["translatedText"])
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600)) as http:
+        for _ in range(rounds):
+            started = time.monotonic()
+            body = {"q": paragraph, "split_sentences": True}
+            long = asyncio.ensure_future(http.post(f"{url}/v1/translate", json=body))
+            await asyncio.sleep(0.2)  # the paragraph is in the worker before the short requests come
+            await asyncio.gather(*(shorts(http, long, "beside_paragraph") for _ in range(clients)))
+            response = await long
+            paragraph_seconds.append(time.monotonic() - started)
+            text = (
+                response.json()["results"][0]["translations"][0]["text"]
+                if response.status_code == 200
+                else None
+            )
+            counts["paragraph_correct"] += text == expected
+            quiet_until = time.monotonic() + min(paragraph_seconds[-1], 30)
+            await asyncio.gather(*(shorts(http, quiet_until, "quiet") for _ in range(clients)))
+    return {
+        "rounds": rounds,
+        "clients": clients,
+        "paragraph_characters": len(paragraph),
+        "paragraph_seconds": [round(seconds, 2) for seconds in paragraph_seconds],
+        **counts,
+        "short_latency_ms": {kind: latency_figures(values) for kind, values in latencies.items()},
+        "short_requests": {kind: len(values) for kind, values in latencies.items()},
+    }
+
+
+def paragraph_of(sentences: list[str], characters: int) -> str:
+    """Sentences joined into one paragraph of at most `characters` (each ending in a full stop, so that
+    the splitter finds them again)."""
+    parts: list[str] = []
+    for sentence in sentences:
+        sentence = sentence.strip()
+        if sentence[-1] not in ".!?":
+            sentence += "."
+        if len(" ".join([*parts, sentence])) > characters:
+            break
+        parts.append(sentence)
+    return " ".join(parts)
+
+
 def reference_translations(model: str, sentences: list[str]) -> tuple[dict[str, str], dict]:
     """Each distinct sentence translated alone, and the same sentences translated as a file (the ceiling)."""
     translator = load_translator(model)
@@ -379,12 +477,23 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="also run the comparison's load against a server with each of these --max-batch-tokens",
     )
+    parser.add_argument("--fair-rounds", type=int, default=3, help="paragraphs sent in the fairness run")
+    parser.add_argument("--fair-clients", type=int, default=4, help="short-request clients beside each one")
+    parser.add_argument("--paragraph-chars", type=int, default=5000, help="the paragraph's length at most")
+    parser.add_argument("--fairness-only", action="store_true", help="run the fairness measurement alone")
+    parser.add_argument(
+        "--server-code",
+        help="serve from the hf_vanilla_transformer package in this folder (another checkout)",
+    )
     parser.add_argument("--quick", action="store_true", help="2-3 s runs, few clients: a smoke test")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results_serve.json"))
     args = parser.parse_args(argv)
+    if Path(args.model).exists():  # the server may run in another folder (--server-code)
+        args.model = str(Path(args.model).resolve())
     if args.quick:
         args.clients, args.seconds, args.compare_clients, args.compare_seconds, args.rounds = 8, 3, 8, 2, 1
         args.fault_seconds, args.burst, args.max_queue = 3, 40, 8
+        args.fair_rounds, args.fair_clients, args.paragraph_chars = 1, 2, 300
 
     sentences = [line for line in Path(args.data).read_text(encoding="utf-8").splitlines() if line.strip()]
     languages = (args.source_lang, args.target_lang)
@@ -412,6 +521,32 @@ def main(argv: list[str] | None = None) -> None:
     }
     checker = Checker(references)
 
+    def measure_fairness() -> None:
+        print(f"fairness: {args.fair_rounds} paragraphs of {len(paragraph)} characters ...", flush=True)
+        expected = load_translator(args.model).translate_n_best([paragraph], split_sentences=True)[0].text
+        server = Server(args.model, *server_args, code=args.server_code)
+        result["fairness"] = asyncio.run(
+            fairness(
+                server.url,
+                paragraph,
+                expected,
+                sentences,
+                checker,
+                languages,
+                args.fair_clients,
+                args.fair_rounds,
+            )
+        )
+        server.stop()
+        print(json.dumps(result["fairness"], indent=1))
+
+    paragraph = paragraph_of(sentences, args.paragraph_chars)
+    result["server_code"] = args.server_code or str(REPO)
+    if args.fairness_only:
+        measure_fairness()
+        write_result(result, args.output)
+        return
+
     runs: list[dict] = []
 
     def measured(server: Server, clients: int, seconds: float) -> dict:
@@ -424,15 +559,15 @@ def main(argv: list[str] | None = None) -> None:
     result["budgets"] = {}
     for budget in args.budgets:
         print(f"batching across requests, --max-batch-tokens {budget} ...", flush=True)
-        server = Server(args.model, *server_args, "--max-batch-tokens", str(budget))
+        server = Server(args.model, *server_args, "--max-batch-tokens", str(budget), code=args.server_code)
         result["budgets"][str(budget)] = measured(server, args.compare_clients, args.compare_seconds)
         server.stop()
 
     print(
         f"batching against one request a batch (--no-batching), {args.rounds} paired rounds ...", flush=True
     )
-    unbatched = Server(args.model, *server_args, "--no-batching")
-    server = Server(args.model, *server_args)
+    unbatched = Server(args.model, *server_args, "--no-batching", code=args.server_code)
+    server = Server(args.model, *server_args, code=args.server_code)
     rss_idle = server.rss()
     rounds: dict[str, list[dict]] = {"unbatched": [], "batched": []}
     for index in range(args.rounds):
@@ -493,6 +628,7 @@ def main(argv: list[str] | None = None) -> None:
             {key: result[key] for key in ("ceiling", "batching_speedup", "answers", "memory_mb")}, indent=1
         )
     )
+    measure_fairness()
     write_result(result, args.output)
 
 

@@ -3,8 +3,12 @@ a bad argument in one line, a help layout that shows defaults, argument types th
 could use, and how a text file of segments is read."""
 
 import argparse
+import errno
+import io
 import math
 import os
+import select
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,6 +62,42 @@ def refusals_in_one_line(parser: ArgumentParser) -> Iterator[None]:
         parser.error(str(error))
 
 
+# Exit statuses for outputs that break mid-run: a disk that fills is an environment error (1; a usage
+# error is 2), and a reader that goes away ends the command as SIGPIPE ends a Unix tool (128 + 13).
+EXIT_OUTPUT_FAILED = 1
+EXIT_READER_GONE = 128 + 13
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _stdout_descriptor() -> int | None:
+    """Standard output's file descriptor; None where it was replaced by a stream without one."""
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (`... | head -1` once head has its
+    lines)."""
+    descriptor = _stdout_descriptor()
+    if descriptor is None or not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(descriptor, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Send what is left in standard output's buffer nowhere: Python flushes it at exit, and would report
+    a failure to write it once more."""
+    descriptor = _stdout_descriptor()
+    if descriptor is not None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, descriptor)
+        os.close(devnull)
+
+
 def run_command(
     run: Callable[[argparse.Namespace, ArgumentParser], int | None],
     parser: ArgumentParser,
@@ -68,16 +108,36 @@ def run_command(
 
     A file or folder this user may not read or write (a PermissionError, raised by this package or by a
     library it calls: `mkdir`, `save_pretrained`, a tokenizer's save) is the parser's one-line error,
-    whichever step meets it: the fix lies with the user's files, never with the code."""
+    whichever step meets it: the fix lies with the user's files, never with the code. A disk that fills
+    while the command writes is one line on standard error and exit status 1; a standard output whose
+    reader goes away (`| head`) ends the command silently with status 141, as it ends a Unix tool."""
     args = parser.parse_args(argv)
     try:
-        return run(args, parser)
+        status = run(args, parser)
+        sys.stdout.flush()  # what is still buffered fails here, not unreported at exit
+        return status
     except PermissionError as error:
         path = error.filename if error.filename is not None else "a file"
         parser.error(
             f"permission denied on {path}: choose a path this user may read and write, or change its "
             "permissions."
         )
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        _discard_stdout()
+        return EXIT_READER_GONE
+    except OSError as error:
+        if error.errno not in FULL_DISK:
+            raise
+        where = error.filename if error.filename is not None else "the output"
+        print(
+            f"{parser.prog}: error: cannot write {where}: {os.strerror(error.errno)}; free some space, or "
+            "write the output to another disk.",
+            file=sys.stderr,
+        )
+        _discard_stdout()
+        return EXIT_OUTPUT_FAILED
 
 
 def may_write(path: Path) -> bool:

@@ -1,6 +1,8 @@
 """The translation server (`vanilla-transformer serve`) over real HTTP on 127.0.0.1: LibreTranslate's API and
-the native one, the limits and error codes, API keys, batching across requests, a full queue, clients that
-go away, graceful shutdown on SIGTERM, and the curl examples of docs/serve.md.
+the native one, the limits and error codes, API keys, fair batching across requests (a paragraph's
+sentences shared out with other requests'), a full queue, clients that go away, graceful shutdown on
+SIGTERM, and the curl examples of docs/serve.md. Every error answer a test meets, here and in the other
+server tests that import `every_error_has_one_shape`, must be {"error": "..."}.
 
 Every translation the server gives is checked against the same text translated alone by the library
 (`Translator.translate_n_best`), with a small model trained to reverse sequences of words, so that answers
@@ -26,23 +28,75 @@ from test_export import train_reverse_model
 
 pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
-uvicorn = pytest.importorskip("uvicorn", reason="not installed (pip install -e '.[serve]')")
+pytest.importorskip("uvicorn", reason="not installed (pip install -e '.[serve]')")
 
 from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
-from hf_vanilla_transformer.serving import ServerSettings, create_app  # noqa: E402
+from hf_vanilla_transformer.serving import ServerSettings, Timeouts, create_app, server_for  # noqa: E402
 
 KEY = "test-key-1"
 SENTENCES = ["w1 w2 w3", "w4 w5 w6 w7", "w8 w9", "w10 w11 w12 w13 w14", "w15 w0 w3", "w2 w2 w7 w9", "w6"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+# Every error answer the tests see, checked as it leaves an in-process server or reaches a test's client:
+# those that are not {"error": "..."} are listed here, and fail the test that got them.
+ERROR_SHAPE_VIOLATIONS: list[str] = []
+
+
+def check_error_shape(status: int, body: bytes, where: str) -> None:
+    """Note an answer of `status` 400 or more whose `body` is not a JSON object with a non-empty "error"
+    text (499 is left out: it answers a client that has gone, and reaches nobody)."""
+    if status < 400 or status == 499:
+        return
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not (isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"]):
+        ERROR_SHAPE_VIOLATIONS.append(f"{where}: {status} {body[:200]!r}")
+
+
+@pytest.fixture(autouse=True)
+def every_error_has_one_shape() -> Iterator[None]:
+    ERROR_SHAPE_VIOLATIONS.clear()
+    yield
+    assert not ERROR_SHAPE_VIOLATIONS, ERROR_SHAPE_VIOLATIONS
+
+
+class RecordingApp:
+    """An ASGI app around the server's, which checks the shape of every error answer it sends."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status, chunks = 0, []
+
+        async def recording(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    check_error_shape(status, b"".join(chunks), f"{scope['method']} {scope['path']}")
+            await send(message)
+
+        await self.app(scope, receive, recording)
+
+
+# Named apart from the fixtures they define, so that the other server tests import them without their
+# test functions' arguments shadowing the import.
+@pytest.fixture(scope="module", name="model_dir")
+def model_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model trained to reverse sequences of the words w0-w15, with the paper's beam search (4)."""
     return train_reverse_model(tmp_path_factory.mktemp("serve-model"), "paper")
 
 
-@pytest.fixture(scope="module")
-def translator(model_dir: Path) -> Translator:
+@pytest.fixture(scope="module", name="translator")
+def translator_fixture(model_dir: Path) -> Translator:
     return load_translator(model_dir)
 
 
@@ -64,12 +118,13 @@ def wait_until_up(url: str, process: subprocess.Popen | None = None, timeout: fl
     raise AssertionError(f"{url} did not come up")
 
 
-def start_command(model_dir: Path, *args: str) -> tuple[subprocess.Popen, str]:
-    """`vanilla-transformer serve --model MODEL ARGS` on a free port of 127.0.0.1, once it answers."""
+def start_command(model_dir: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`vanilla-transformer serve --model MODEL ARGS` on a free port of 127.0.0.1 (in the environment
+    `env`), once it answers."""
     port = free_port()
     command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", str(model_dir)]
     command += ["--source-lang", "en", "--target-lang", "de", "--port", str(port), *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_until_up(url, process)
     return process, url
@@ -91,8 +146,11 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def post(url: str, path: str, body: dict | str | bytes, key: str | None = KEY, **kwargs) -> httpx.Response:
     headers = {"X-API-Key": key} if key else {}
     if isinstance(body, dict):
-        return httpx.post(f"{url}{path}", json=body, headers=headers, timeout=60, **kwargs)
-    return httpx.post(f"{url}{path}", content=body, headers=headers, timeout=60, **kwargs)
+        response = httpx.post(f"{url}{path}", json=body, headers=headers, timeout=60, **kwargs)
+    else:
+        response = httpx.post(f"{url}{path}", content=body, headers=headers, timeout=60, **kwargs)
+    check_error_shape(response.status_code, response.content, f"POST {path}")
+    return response
 
 
 class GatedTranslator(Translator):
@@ -108,9 +166,10 @@ class GatedTranslator(Translator):
 
 
 class InProcessServer:
-    """`create_app` served by uvicorn in a thread of this process, on a free port of 127.0.0.1."""
+    """`create_app` served as the command serves it (`server_for`, with `timeouts`) in a thread of this
+    process, on a free port of 127.0.0.1, every error answer's shape checked."""
 
-    def __init__(self, translator: Translator, settings: ServerSettings):
+    def __init__(self, translator: Translator, settings: ServerSettings, timeouts: Timeouts | None = None):
         self.translator = GatedTranslator(
             translator.model, translator.tokenizer, translator.target_tokenizer, translator.engine
         )
@@ -119,8 +178,13 @@ class InProcessServer:
         self.app = create_app(self.translator, settings)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning")
-        self.server = uvicorn.Server(config)
+        self.server = server_for(
+            RecordingApp(self.app),
+            port=port,
+            timeouts=timeouts,
+            max_head_bytes=settings.limits.max_body_bytes,
+            log_level="warning",
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> "InProcessServer":
@@ -141,8 +205,8 @@ class InProcessServer:
         return httpx.get(f"{self.url}/v1/stats", timeout=10).json()
 
 
-def in_process(translator: Translator, **settings) -> InProcessServer:
-    return InProcessServer(translator, ServerSettings("en", "de", **settings))
+def in_process(translator: Translator, timeouts: Timeouts | None = None, **settings) -> InProcessServer:
+    return InProcessServer(translator, ServerSettings("en", "de", **settings), timeouts)
 
 
 def wait_for(condition, timeout: float = 30) -> None:
@@ -294,7 +358,7 @@ def test_libretranslate_ignores_fields_it_does_not_know_and_no_field_names_a_fil
 )
 def test_a_language_pair_or_format_the_server_lacks_is_refused(server: str, body: dict, message: str) -> None:
     response = post(server, "/translate", body)
-    assert response.status_code in (400, 422)
+    assert response.status_code == 400
     assert message in response.json()["error"]
 
 
@@ -419,6 +483,49 @@ def test_batches_keep_to_the_token_budget(translator: Translator) -> None:
     assert sum(batch["requests"] for batch in batches[1:]) == len(SENTENCES) and len(batches) > 2
 
 
+def test_a_split_paragraphs_sentences_share_batches_with_other_requests(translator: Translator) -> None:
+    """A paragraph's sentences are segments of their own: batched by the token budget like any others, with
+    a request that arrives meanwhile in the very next batch, answered while the paragraph goes on."""
+    paragraph = " ".join(f"{text}." for text in SENTENCES * 2)
+    sentences = len(SENTENCES) * 2
+    longest = max(len(translator.tokenizer(f"{text}.")["input_ids"]) for text in SENTENCES)
+    with in_process(translator, max_batch_tokens=3 * longest) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(2) as pool:
+            long = pool.submit(post, server.url, "/v1/translate", {"q": paragraph, "split_sentences": True})
+            assert server.translator.started.wait(30)  # the paragraph's first batch decodes, held at the gate
+            short = pool.submit(
+                post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"}
+            )
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
+            server.translator.gate.set()
+            assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
+            shown = long.result().json()["results"][0]["translations"]
+        expected = translator.translate_n_best([paragraph], split_sentences=True, progress=False)[0]
+        assert [h["text"] for h in shown] == [expected.text]
+        batches = server.stats()["recent_batches"]
+    assert batches[1]["requests"] == 2  # the short request went into the batch right after the first
+    assert sum(batch["segments"] for batch in batches) == sentences + 1
+    assert all(1 < batch["segments"] for batch in batches[:-1])  # sentences decoded together, not one by one
+    assert len(batches) < sentences
+
+
+def test_a_paragraph_whose_client_leaves_stops_at_the_next_batch(translator: Translator) -> None:
+    paragraph = " ".join(f"{text}." for text in SENTENCES * 2)
+    longest = max(len(translator.tokenizer(f"{text}.")["input_ids"]) for text in SENTENCES)
+    with in_process(translator, max_batch_tokens=2 * longest) as server:
+        server.close_gate()
+        leaving = open_request(server.url, {"q": paragraph, "split_sentences": True}, "/v1/translate")
+        assert server.translator.started.wait(30)
+        leaving.close()
+        wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 0)
+        server.translator.gate.set()
+        # The worker drops the request's other sentences once its first batch is done.
+        wait_for(lambda: server.stats()["dropped_requests"] == 1)
+        stats = server.stats()
+    assert stats["batches"] == 1 and stats["segments"] <= 2 < 2 * len(SENTENCES)
+
+
 def test_without_batching_each_request_is_its_own_batch(translator: Translator) -> None:
     with in_process(translator, batching=False) as server:
         with ThreadPoolExecutor(4) as pool:
@@ -451,12 +558,12 @@ def test_health_answers_during_a_long_batch_and_a_full_queue_is_503(translator: 
         assert post(server.url, "/translate", body).status_code == 200  # the queue drained
 
 
-def open_request(url: str, body: dict) -> socket.socket:
+def open_request(url: str, body: dict, path: str = "/translate") -> socket.socket:
     """A request sent on a raw connection whose answer is never read: close it to hang up."""
     host, port = url.removeprefix("http://").split(":")
     payload = json.dumps(body).encode()
     connection = socket.create_connection((host, int(port)))
-    head = f"POST /translate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
     connection.sendall(f"{head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
     return connection
 
@@ -501,8 +608,7 @@ def test_sigterm_answers_the_request_in_flight_then_stops(model_dir: Path, trans
         process.send_signal(signal.SIGTERM)
         response = answer.result()
     _, stderr = process.communicate(timeout=60)
-    # uvicorn stops, then ends the process by the signal it got, as the signal's default would.
-    assert process.returncode in (0, -signal.SIGTERM), stderr
+    assert process.returncode == 0, stderr
     assert "Application shutdown complete" in stderr
     assert response.status_code == 200
     assert response.json()["translatedText"] == alone(translator, SENTENCES[1])[0].text
@@ -514,29 +620,36 @@ def test_sigterm_answers_the_request_in_flight_then_stops(model_dir: Path, trans
 
 
 def documented_curl_commands() -> list[str]:
-    """The curl commands in the shell blocks of docs/serve.md."""
+    """The curl commands in the shell blocks of docs/serve.md, with the printf commands that write the
+    files they send, in order."""
     commands, language = [], None
     for line in (REPO_ROOT / "docs" / "serve.md").read_text(encoding="utf-8").splitlines():
         if line.startswith("```"):
             language = None if language is not None else line[3:].strip() or "text"
-        elif language == "bash" and line.startswith("curl "):
+        elif language == "bash" and line.startswith(("curl ", "printf ")):
             commands.append(line)
     return commands
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="no curl on this machine")
-def test_the_documented_curl_examples_work(translator: Translator) -> None:
+def test_the_documented_curl_examples_work(translator: Translator, tmp_path: Path) -> None:
     commands = documented_curl_commands()
-    assert len(commands) >= 4
+    assert len([command for command in commands if command.startswith("curl ")]) >= 4
     with in_process(translator) as server:
         for command in commands:
             command = command.replace("http://127.0.0.1:8000", server.url)
             result = subprocess.run(
-                ["bash", "-c", command], capture_output=True, text=True, timeout=120, env=os.environ
+                ["bash", "-c", command],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=os.environ,
+                cwd=tmp_path,
             )
             assert result.returncode == 0, (command, result.stderr)
-            answer = json.loads(result.stdout)
-            assert answer and "error" not in answer, (command, result.stdout)
+            if command.startswith("curl "):
+                answer = json.loads(result.stdout)
+                assert answer and "error" not in answer, (command, result.stdout)
 
 
 # The load test
@@ -561,3 +674,6 @@ def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(model_dir: Path, t
     assert set(seen["burst"]) <= {"200 correct", "503"}
     assert result["faults"]["wellformed"]["correct"] == result["faults"]["wellformed"]["answered"] > 0
     assert result["healthy_after_faults"] and result["unbatched"]["mean_requests_per_batch"] == 1
+    fairness = result["fairness"]
+    assert fairness["paragraph_correct"] == fairness["rounds"] == 1 and fairness["short_errors"] == 0
+    assert fairness["short_correct"] == fairness["short_answered"] > 0

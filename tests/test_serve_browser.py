@@ -1,13 +1,17 @@
 """The server's page in a real browser: headless Chromium, driven by Selenium through chromedriver, types a
 sentence, waits for its translation, and checks the text (against the library translating it alone), the
 n best with their scores, and the attention heatmap (one row per target word, one column per source word),
-then takes a screenshot and checks that the heatmap is drawn in it.
+then takes a screenshot and checks that the heatmap is drawn in it. A page on another origin calls the
+server's API only where `--cors` lets it: the browser itself enforces the preflight's answer.
 
 Skipped where Chromium or chromedriver is missing (Debian: apt-get install chromium chromium-driver).
 """
 
 import io
 import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -25,19 +29,19 @@ pytestmark = pytest.mark.skipif(
 from PIL import Image  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
-from test_export import train_reverse_model  # noqa: E402
-from test_serve import alone, in_process  # noqa: E402
+from test_serve import (  # noqa: E402, F401 (the fixtures: every_error_has_one_shape checks each test's errors)
+    KEY,
+    alone,
+    every_error_has_one_shape,
+    in_process,
+    model_dir_fixture,
+    translator_fixture,
+)
 
-from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
+from hf_vanilla_transformer.serving import ApiKeys  # noqa: E402
 
 WIDTH, HEIGHT = 1100, 900
 TEXT = "w1 w2 w3 w4 w5"
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory: pytest.TempPathFactory) -> Translator:
-    """The tiny model of test_serve.py, trained to reverse sequences of the words w0-w15."""
-    return load_translator(train_reverse_model(tmp_path_factory.mktemp("serve-model"), "paper"))
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +128,51 @@ def test_the_page_shows_a_refusal_as_its_error(browser, translator) -> None:
             lambda d: d.execute_script("return document.body.dataset.state") == "error"
         )
         assert "5000" in browser.find_element(By.ID, "status").text
+
+
+# A page that calls the API given after its # with JSON and an API key: a request a browser preflights.
+CALLING_PAGE = b"""<!doctype html><title>caller</title><body><script>
+fetch(location.hash.slice(1) + "/translate", {
+  method: "POST",
+  headers: {"Content-Type": "application/json", "X-API-Key": "%s"},
+  body: JSON.stringify({q: "w1 w2 w3", source: "en", target: "de"}),
+}).then((r) => r.json()).then((d) => { document.body.dataset.result = d.translatedText; })
+  .catch((e) => { document.body.dataset.result = "blocked: " + e; });
+</script></body>""" % KEY.encode()
+
+
+@pytest.fixture(scope="module")
+def other_origin() -> Iterator[str]:
+    """A second server on 127.0.0.1, another origin than the translation server's, serving CALLING_PAGE."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(CALLING_PAGE)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    pages = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=pages.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{pages.server_address[1]}"
+    pages.shutdown()
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_a_page_on_another_origin_calls_the_api_only_where_cors_lets_it(
+    browser, translator, other_origin: str, allowed: bool
+) -> None:
+    cors = frozenset({other_origin}) if allowed else frozenset()
+    with in_process(translator, cors=cors, api_keys=ApiKeys(frozenset({KEY}))) as server:
+        browser.get("about:blank")  # a fresh page: the same URL again would only change its #
+        browser.get(f"{other_origin}/#{server.url}")
+        WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.body.dataset.result"))
+        result = browser.execute_script("return document.body.dataset.result")
+    if allowed:
+        assert result == alone(translator, "w1 w2 w3")[0].text
+    else:
+        assert result.startswith("blocked: TypeError")

@@ -5,14 +5,22 @@ page that shows the attention, with requests batched together as they arrive.
     vanilla-transformer serve --model runs/demo/ct2 --engine ctranslate2 --port 8080 --api-keys keys.txt
 
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise; open http://127.0.0.1:8000/
-for the page and /docs for the API. SIGTERM or Ctrl-C stops it once the requests in flight are answered.
-docs/serve.md shows the API with curl.
+for the page and /docs for the API. A client has --header-timeout seconds for a request's headers and
+--body-timeout for its body, then is answered 408. SIGTERM or Ctrl-C stops it once the requests in flight
+are answered (--shutdown-timeout at most), with exit status 0. docs/serve.md shows the API with curl.
 """
 
 import argparse
 import importlib.util
 
-from ..cli import ArgumentParser, non_negative_float, positive_int, refusals_in_one_line, run_command
+from ..cli import (
+    ArgumentParser,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    refusals_in_one_line,
+    run_command,
+)
 from .translate import add_engine_arguments, command_device, command_engine, load_command_translator
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -54,10 +62,46 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         help="one request a batch (to measure what batching across requests gains)",
     )
     parser.add_argument(
-        "--max-characters", type=positive_int, default=5000, help="characters a request holds at most"
+        "--char-limit",
+        "--max-characters",
+        dest="max_characters",
+        type=positive_int,
+        default=5000,
+        help="characters a request holds at most, over all its texts, counted as LibreTranslate counts them "
+        "(an emoji or a Chinese character is one)",
     )
     parser.add_argument(
-        "--max-segments", type=positive_int, default=64, help="texts (segments) a request holds at most"
+        "--batch-limit",
+        "--max-segments",
+        dest="max_segments",
+        type=positive_int,
+        default=64,
+        help="texts (segments) a request holds at most",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=positive_float,
+        default=10.0,
+        help="seconds a client has to send a request's line and headers; then 408",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=positive_float,
+        default=30.0,
+        help="seconds a client has to send a request's body once its headers are in; then 408",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=positive_float,
+        default=30.0,
+        help="seconds the requests in flight have to finish after SIGTERM or Ctrl-C; those still running "
+        "then are answered 503",
+    )
+    parser.add_argument(
+        "--cors",
+        metavar="ORIGINS",
+        help="let web pages on these origins call the server from a browser: '*' for any, or a "
+        "comma-separated list such as https://example.org,http://localhost:3000 (default: none)",
     )
     parser.add_argument(
         "--api-keys",
@@ -80,12 +124,14 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         ApiKeys,
         Limits,
         ServerSettings,
+        Timeouts,
         check_port,
         create_app,
         is_loopback,
+        parse_origins,
         read_api_keys,
         recorded_languages,
-        run_server,
+        server_for,
     )
 
     engine = command_engine(args, parser)
@@ -93,6 +139,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         check_port(args.host, args.port)
         keys = ApiKeys(read_api_keys(args.api_keys)) if args.api_keys else ApiKeys()
         recorded = recorded_languages(args.model)
+        cors = parse_origins(args.cors) if args.cors is not None else frozenset()
     languages = (args.source_lang, args.target_lang)
     if None in languages:
         if recorded is None:
@@ -112,6 +159,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue,
         batching=not args.no_batching,
+        cors=cors,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     log = logging.getLogger(__name__)
@@ -126,7 +174,17 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         args.host,
         args.port,
     )
-    run_server(create_app(translator, settings), args.host, args.port, args.log_level)
+    timeouts = Timeouts(
+        header_s=args.header_timeout, body_s=args.body_timeout, shutdown_s=args.shutdown_timeout
+    )
+    server_for(
+        create_app(translator, settings),
+        host=args.host,
+        port=args.port,
+        timeouts=timeouts,
+        max_head_bytes=settings.limits.max_body_bytes,
+        log_level=args.log_level,
+    ).run()
 
 
 def main(argv: list[str] | None = None) -> int | None:

@@ -330,7 +330,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     bar = tqdm(
         total=total, desc="Translating", unit="line", disable=total is None and not sys.stderr.isatty()
     )
-    with source, _open(args.output, "w", sys.stdout) as target, refusals_in_one_line(parser):
+    # The bar is closed first whatever ends the run, so that an error's line is the last on standard error.
+    with bar, source, _open(args.output, "w", sys.stdout) as target, refusals_in_one_line(parser):
         chunks = arriving_chunks(source, name, CHUNK_LINES, args.max_wait_ms / 1000)
         try:
             for first, lines in chunks:
@@ -351,7 +352,6 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
                 bar.update(len(lines))
         except NotUTF8Error as error:
             raise ValueError(f"--input {error} The lines before it were translated.") from None
-    bar.close()
 
 
 def main(argv: list[str] | None = None) -> int | None:

@@ -1,12 +1,15 @@
 """Serving translations over HTTP: LibreTranslate's API and a native one with scores and alignments,
-batching across requests (`batcher`), per-request limits and API keys (`limits`), a web page that shows the
-attention (`static/`), and the uvicorn server (`server`). Needs the `serve` extra: pip install -e '.[serve]'.
+parameters read wherever a client puts them (`fields`), fair batching across requests (`batcher`),
+per-request limits and API keys (`limits`), language detection (`detection`), translated files kept for
+download (`files`), cross-origin access (`middleware`), a web page that shows the attention (`static/`),
+and the uvicorn server with its timeouts (`server`). Needs the `serve` extra: pip install -e '.[serve]'.
 """
 
 from .app import ServerSettings, create_app, translator_decode
 from .batcher import Batcher, QueueFull
 from .limits import ApiKeys, Limits, Refusal, read_api_keys
-from .server import check_port, is_loopback, recorded_languages, run_server
+from .middleware import parse_origins
+from .server import Timeouts, check_port, is_loopback, recorded_languages, server_for
 
 __all__ = [
     "ApiKeys",
@@ -15,11 +18,13 @@ __all__ = [
     "QueueFull",
     "Refusal",
     "ServerSettings",
+    "Timeouts",
     "check_port",
     "create_app",
     "is_loopback",
+    "parse_origins",
     "read_api_keys",
     "recorded_languages",
-    "run_server",
+    "server_for",
     "translator_decode",
 ]

@@ -1,56 +1,70 @@
 """The translation server: a FastAPI app over one `Translator`, whose requests a `Batcher` translates in
-batches across requests.
+fair batches across requests.
 
-- `POST /translate`: LibreTranslate's API (JSON or form fields), so its clients work unchanged.
-- `POST /v1/translate`: the native API, with the n best hypotheses, their scores, word alignments and the
-  attention behind them, and sentence splitting.
-- `GET /health`, `GET /languages` (LibreTranslate's), `GET /v1/info` (languages, limits, whether a key is
-  needed), `GET /v1/stats` (what the batches held), the page at `/` and the OpenAPI docs at `/docs`.
+LibreTranslate's API, so that its clients work unchanged (each reads its parameters from the query string,
+a JSON object, a form or a multipart form):
+- `POST /translate`: one text or a list, with alternatives;
+- `POST /detect`: the likeliest languages of a text (py3langid; 501 where it is not installed);
+- `POST /translate_file`: a .txt file, translated line by line (each line sentence by sentence), fetched
+  from the URL it answers (`GET /download_file/NAME`);
+- `GET /languages` and `GET /frontend/settings`.
 
-Every error is JSON, {"error": ...}: 400 for a value out of range, 401/403 for a missing/wrong API key, 413
-for a request over a size limit, 422 for invalid JSON or a field of the wrong type, 503 with Retry-After
-when the queue is full.
+The native API: `POST /v1/translate`, with the n best hypotheses, their scores, word alignments and the
+attention behind them, and sentence splitting. `GET /health`, `GET /v1/info` (languages, limits, whether a
+key is needed), `GET /v1/stats` (what the batches held), the page at `/` and the OpenAPI docs at `/docs`.
+
+Every error is JSON, {"error": ...}: 400 for a value out of range or a language pair or format the server
+lacks, 401/403 for a missing/wrong API key, 404 for no such endpoint or file, 405 for a method an endpoint
+does not take, 413 for a request over a size limit, 422 for a body that is not what its type says or a
+field of the wrong type, 501 for detection without its library, 503 with Retry-After when the queue is
+full. The protocol (`server`) adds 400 for a malformed request and 408 for one sent too slowly.
 """
 
 import asyncio
 import copy
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
-from starlette.requests import ClientDisconnect
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import sentence_splitting
+from .. import sentence_splitting, text_lines
 from ..engines import Translator
 from ..hypotheses import Translation
 from .batcher import Batcher, Decode, Options, QueueFull
+from .detection import LanguageDetector
+from .fields import FORM, MULTIPART, ClientGone, Fields, read_fields
+from .files import TranslatedFiles
 from .limits import ApiKeys, Limits, Refusal
-from .schemas import LibreTranslateRequest, TranslateRequest
+from .middleware import AnswerWhenStopped, Cors
+from .schemas import DetectRequest, LibreTranslateRequest, TranslateFileRequest, TranslateRequest
 
 logger = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
-FORM = "application/x-www-form-urlencoded"
 # Status for a request whose client went away before its answer (nginx's "client closed request"): it
 # reaches nobody, but the access log tells it apart from an answer.
 CLIENT_GONE = 499
+# LibreTranslate's page waits this long after a keystroke before it translates (its frontendTimeout).
+FRONTEND_TIMEOUT_MS = 500
+FILE_SUFFIXES = (".txt",)
 
 
 @dataclass(frozen=True)
 class ServerSettings:
     """How the server translates and what it accepts: the model's language pair, the per-request
-    `limits`, the `api_keys` (none: open), and the batching: `max_batch_tokens` source tokens a batch
-    (padding included), `max_wait_ms` a batch waits for more requests, `max_queue` requests waiting,
-    `batching` off to run one request a batch."""
+    `limits`, the `api_keys` (none: open), the batching (`max_batch_tokens` source tokens a batch,
+    padding included, `max_wait_ms` a batch waits for more requests, `max_queue` requests waiting,
+    `batching` off to run one request a batch), and the `cors` origins whose pages may call it ("*": any;
+    none: only pages it serves itself)."""
 
     source_lang: str
     target_lang: str
@@ -60,11 +74,12 @@ class ServerSettings:
     max_wait_ms: float = 10.0
     max_queue: int = 256
     batching: bool = True
+    cors: frozenset[str] = frozenset()
 
 
-def translator_decode(translator: Translator, language: str) -> Decode:
-    """The batcher's decode step on `translator`: `translate_n_best` on one batch (split into
-    `batch_size` segments a `generate()` call), sentences split by the rules of `language`."""
+def translator_decode(translator: Translator) -> Decode:
+    """The batcher's decode step on `translator`: `translate_n_best` on one batch of sentences (split into
+    `batch_size` segments a `generate()` call)."""
 
     def decode(segments: list[str], options: Options, batch_size: int) -> list[Translation]:
         return translator.translate_n_best(
@@ -72,52 +87,10 @@ def translator_decode(translator: Translator, language: str) -> Decode:
             n_best=options.n_best,
             scores=options.scores,
             alignments=options.alignments,
-            split_sentences=options.split_sentences,
-            language=language,
             batch_size=batch_size,
         )
 
     return decode
-
-
-class ClientGone(Exception):
-    """The client went away before its request was read or translated."""
-
-
-def _form_fields(body: bytes) -> dict[str, Any]:
-    """A form body's fields: a repeated `q` is a list of texts, any other field its first value."""
-    fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=bool(body))
-    data: dict[str, Any] = {key: values[0] for key, values in fields.items()}
-    if len(fields.get("q", [])) > 1:
-        data["q"] = fields["q"]
-    return data
-
-
-async def read_fields(request: Request, limits: Limits, form: bool = False) -> dict[str, Any]:
-    """The fields of a request body: a JSON object, or where `form` and the body is one, form fields. A
-    body over `limits.max_body_bytes` is refused (413) before it is read whole; one that is not a JSON
-    object (or form) is a 422."""
-    cap = limits.max_body_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
-        raise Refusal(413, f"a body of {declared} bytes; send at most {cap}.", "max_body_bytes", cap)
-    body = bytearray()
-    try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > cap:
-                raise Refusal(413, f"a body over {cap} bytes; send at most {cap}.", "max_body_bytes", cap)
-    except ClientDisconnect:
-        raise ClientGone from None
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    try:
-        data = _form_fields(bytes(body)) if form and content_type == FORM else json.loads(body)
-    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, nested too deep, a bad form
-        kind = "form fields" if form and content_type == FORM else "a JSON object"
-        raise Refusal(422, f"the body is not {kind}: {str(error)[:200]}") from None
-    if not isinstance(data, dict):
-        raise Refusal(422, f"the body is a JSON {type(data).__name__}; send a JSON object.")
-    return data
 
 
 def validated(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -143,37 +116,60 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+def documented_body(model: type[BaseModel], *content_types: str, file: bool = False) -> dict:
+    """OpenAPI's requestBody for a route that reads its parameters itself (`file`: and a file field)."""
+    schema = model.model_json_schema()
+    if file:
+        schema = copy.deepcopy(schema)
+        schema["properties"]["file"] = {"type": "string", "format": "binary", "description": "a .txt file"}
+        schema["required"] = ["file", *schema.get("required", [])]
+    return {"required": True, "content": {kind: {"schema": schema} for kind in content_types}}
+
+
+def _texts(q: str | list[str]) -> list[str]:
+    return [q] if isinstance(q, str) else q
+
+
+def _one_or_list(q: str | list[str], values: list[Any]) -> Any:
+    """`values`, one per text of `q`: the first alone where `q` is one text."""
+    return values[0] if isinstance(q, str) else values
+
+
 def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     """The server's app: `translator` behind a `Batcher`, which starts and stops with the app."""
     # Requests are measured in tokens on the event loop while the worker tokenizes its batch: each thread
     # has its own tokenizer, as a fast tokenizer's settings are not to be changed by two threads at once.
     counter = copy.deepcopy(translator.tokenizer)
     batcher = Batcher(
-        translator_decode(translator, settings.source_lang),
+        translator_decode(translator),
         max_batch_tokens=settings.max_batch_tokens,
         max_wait_s=settings.max_wait_ms / 1000,
         max_queue=settings.max_queue,
         batching=settings.batching,
     )
+    detector = LanguageDetector.load()
+    files = TranslatedFiles()
+    splittable = settings.source_lang in sentence_splitting.SPLITTER_LANGUAGES
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         batcher.start()
         yield
-        # Shutting down (SIGTERM): the server has answered every request in flight; stop the worker.
+        # Shutting down: the server has answered every request in flight; stop the worker.
         batcher.close()
 
-    app = FastAPI(
-        title="vanilla-transformer translation server",
-        description=__doc__,
-        lifespan=lifespan,
-    )
+    app = FastAPI(title="vanilla-transformer translation server", description=__doc__, lifespan=lifespan)
     app.state.batcher = batcher
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    if settings.cors:
+        app.add_middleware(Cors, origins=settings.cors)
+    app.add_middleware(AnswerWhenStopped)
 
     @app.exception_handler(Refusal)
     async def refused(request: Request, error: Refusal) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status)
+        # A body refused for its size may still be arriving: the connection cannot carry another request.
+        headers = {"Connection": "close"} if error.status == 413 else None
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -186,6 +182,18 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             for p in problems
         )
         return JSONResponse({"error": f"invalid request: {message}", "detail": problems}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        where = f"{request.method} {request.url.path}"
+        if error.status_code == 404:
+            message = f"no such endpoint: {where}; the API is listed at /docs."
+        elif error.status_code == 405:
+            allowed = (error.headers or {}).get("Allow", "")
+            message = f"{where}: this endpoint takes {allowed or 'other methods'}."
+        else:
+            message = str(error.detail)
+        return JSONResponse({"error": message}, status_code=error.status_code, headers=error.headers)
 
     @app.exception_handler(QueueFull)
     async def full(request: Request, error: QueueFull) -> JSONResponse:
@@ -209,20 +217,11 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
                 f"{source} to {target}.",
             )
 
-    async def translate(request: Request, q: str | list[str], options: Options) -> list[Translation]:
-        """Translate a request's texts in the next batch, once its limits are checked."""
-        segments = [q] if isinstance(q, str) else q
-        settings.limits.check(segments, options.n_best - 1)
-        if options.split_sentences:
-            if options.n_best > 1:
-                raise Refusal(
-                    400,
-                    "split_sentences joins each sentence's best translation: ask for n_best 1 with it.",
-                )
-            try:
-                sentence_splitting.check_language(settings.source_lang)
-            except ValueError as error:
-                raise Refusal(400, str(error)) from None
+    def split_into_sentences(texts: list[str]) -> list[list[str]]:
+        return [sentence_splitting.split_sentences(text, settings.source_lang) for text in texts]
+
+    async def translated(request: Request, segments: list[str], options: Options) -> list[Translation]:
+        """`segments` translated in the batches to come, or `ClientGone` once the client goes away."""
         if not segments:
             return []
         lengths = [len(ids) for ids in counter(segments, add_special_tokens=True)["input_ids"]]
@@ -230,6 +229,9 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({job.future, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server stops, and this request ran out of time
+            batcher.cancel(job)
+            raise
         finally:
             watcher.cancel()
         if not job.future.done():
@@ -244,46 +246,148 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             logger.exception("translation failed")
             raise Refusal(500, "the translation failed; the server's log says why.") from None
 
-    async def authorized_fields(request: Request, form: bool = False) -> dict[str, Any]:
-        data = await read_fields(request, settings.limits, form=form)
-        settings.api_keys.check(api_key(request, data))
-        return data
+    async def translate(
+        request: Request, texts: list[str], options: Options, split: bool = False
+    ) -> list[Translation]:
+        """Translate `texts`, each whole or (`split`) sentence by sentence, each sentence a segment of its
+        own for the batcher, joined back into one translation a text."""
+        if not split:
+            return await translated(request, texts, options)
+        # pysbd takes most of a second on a long paragraph: off the event loop.
+        pieces = await run_in_threadpool(split_into_sentences, texts)
+        parts = iter(await translated(request, [s for piece in pieces for s in piece], options))
+        return [
+            sentence_splitting.join_sentences(text, [next(parts) for _ in piece])
+            for text, piece in zip(texts, pieces)
+        ]
 
-    def documented_body(model: type[BaseModel], *content_types: str) -> dict:
-        """OpenAPI's requestBody for a route that reads its body itself."""
-        schema = model.model_json_schema()
-        return {"required": True, "content": {kind: {"schema": schema} for kind in content_types}}
+    def check_splitting(n_best: int) -> None:
+        if n_best > 1:
+            raise Refusal(
+                400, "split_sentences joins each sentence's best translation: ask for n_best 1 with it."
+            )
+        try:
+            sentence_splitting.check_language(settings.source_lang)
+        except ValueError as error:
+            raise Refusal(400, str(error)) from None
+
+    def detected_language(text: str) -> dict:
+        """LibreTranslate's `detectedLanguage` for "source": "auto": the model's source language, with the
+        detector's confidence that `text` is in it (0 without a detector)."""
+        confidence = detector.confidence(text, settings.source_lang) if detector else 0.0
+        return {"confidence": confidence, "language": settings.source_lang}
+
+    async def authorized_fields(request: Request) -> Fields:
+        fields = await read_fields(request, settings.limits.max_body_bytes)
+        settings.api_keys.check(api_key(request, fields.values))
+        return fields
 
     @app.post(
         "/translate",
         summary="Translate (LibreTranslate's API)",
-        openapi_extra={"requestBody": documented_body(LibreTranslateRequest, "application/json", FORM)},
+        openapi_extra={
+            "requestBody": documented_body(LibreTranslateRequest, "application/json", FORM, MULTIPART)
+        },
     )
     async def libretranslate(request: Request) -> dict:
         """{"q": text or [texts], "source": "en", "target": "de", "alternatives": N} gives
-        {"translatedText": text or [texts], "alternatives": [texts] or [[texts]]}."""
-        body = validated(LibreTranslateRequest, await authorized_fields(request, form=True))
+        {"translatedText": text or [texts], "alternatives": [texts] or [[texts]]}, and with "source":
+        "auto" the "detectedLanguage"."""
+        body = validated(LibreTranslateRequest, (await authorized_fields(request)).values)
         check_languages(body.source, body.target)
-        translations = await translate(request, body.q, Options(n_best=body.alternatives + 1))
-        texts = [t.text for t in translations]
-        alternatives = [[h.text for h in t.hypotheses[1:]] for t in translations]
-        if isinstance(body.q, str):
-            return {"translatedText": texts[0], "alternatives": alternatives[0]}
-        return {"translatedText": texts, "alternatives": alternatives}
+        if body.format != "text":
+            message = f"format {body.format!r}: this server translates plain text; send format text."
+            raise Refusal(400, message)
+        texts = _texts(body.q)
+        settings.limits.check(texts, body.alternatives)
+        translations = await translate(request, texts, Options(n_best=body.alternatives + 1))
+        answer = {
+            "translatedText": _one_or_list(body.q, [t.text for t in translations]),
+            "alternatives": _one_or_list(body.q, [[h.text for h in t.hypotheses[1:]] for t in translations]),
+        }
+        if body.source == "auto":
+            answer["detectedLanguage"] = _one_or_list(body.q, [detected_language(text) for text in texts])
+        return answer
+
+    @app.post(
+        "/detect",
+        summary="Detect the language of a text (LibreTranslate's API)",
+        openapi_extra={"requestBody": documented_body(DetectRequest, "application/json", FORM, MULTIPART)},
+    )
+    async def detect(request: Request) -> list[dict]:
+        """{"q": text} gives the likeliest languages, best first: [{"confidence": percent, "language":
+        code}]."""
+        fields = await authorized_fields(request)
+        if detector is None:
+            raise Refusal(
+                501,
+                "language detection needs py3langid, which is not installed here: pip install "
+                "'hf-vanilla-transformer[serve]' (or py3langid), then restart the server.",
+            )
+        text = "\n".join(_texts(validated(DetectRequest, fields.values).q))
+        settings.limits.check_characters(len(text))
+        if not text.strip():
+            raise Refusal(400, "q is empty: send the text whose language to detect.")
+        return detector.ranked(text)
+
+    @app.post(
+        "/translate_file",
+        summary="Translate a .txt file (LibreTranslate's API)",
+        openapi_extra={"requestBody": documented_body(TranslateFileRequest, MULTIPART, file=True)},
+    )
+    async def translate_file(request: Request) -> dict:
+        """A multipart form of "file" (.txt, UTF-8), "source" and "target" gives {"translatedFileUrl": URL},
+        where the translated file waits for 30 minutes."""
+        fields = await authorized_fields(request)
+        body = validated(TranslateFileRequest, fields.values)
+        upload = fields.files.get("file")
+        if upload is None:
+            raise Refusal(400, "no file: send the file to translate as the multipart form field 'file'.")
+        check_languages(body.source, body.target)
+        name, suffix = Path(upload.filename).stem, Path(upload.filename).suffix.lower()
+        if suffix not in FILE_SUFFIXES:
+            raise Refusal(400, f"{upload.filename!r}: only {', '.join(FILE_SUFFIXES)} files are translated.")
+        try:
+            lines = text_lines.read_lines(upload.content, upload.filename)
+        except text_lines.NotUTF8Error as error:
+            raise Refusal(400, str(error)) from None
+        settings.limits.check_characters(sum(len(line) for line in lines))
+        translations = await translate(request, lines, Options(), split=splittable)
+        ending = "\n" if upload.content.endswith(b"\n") else ""
+        content = "\n".join(translation.text for translation in translations) + ending
+        key = files.add(f"{name}_{settings.target_lang}{suffix}", content.encode("utf-8"))
+        return {"translatedFileUrl": str(request.url_for("download_file", name=key))}
+
+    @app.get("/download_file/{name}", summary="A translated file, by the URL /translate_file gave")
+    async def download_file(name: str) -> Response:
+        stored = files.get(name)
+        if stored is None:
+            message = f"no translated file {name!r}: it expired (files are kept 30 minutes); translate again."
+            raise Refusal(404, message)
+        disposition = f'attachment; filename="{stored.filename}"'
+        return Response(
+            stored.content,
+            media_type="text/plain; charset=utf-8",
+            headers={"Content-Disposition": disposition},
+        )
 
     @app.post(
         "/v1/translate",
         summary="Translate, with scores, alignments and attention",
-        openapi_extra={"requestBody": documented_body(TranslateRequest, "application/json")},
+        openapi_extra={"requestBody": documented_body(TranslateRequest, "application/json", FORM, MULTIPART)},
     )
     async def native(request: Request) -> dict:
         """{"q": text or [texts], "n_best": N, "alignments": bool, "attention": bool, "split_sentences":
         bool} gives {"results": [one per text: {"translations": [n best: {"text", "score", "log_prob",
         "tokens", "alignment", "attention"}], "truncated"}]}."""
-        body = validated(TranslateRequest, await authorized_fields(request))
+        body = validated(TranslateRequest, (await authorized_fields(request)).values)
         check_languages(body.source, body.target)
-        options = Options(body.n_best, True, body.alignments or body.attention, body.split_sentences)
-        translations = await translate(request, body.q, options)
+        texts = _texts(body.q)
+        settings.limits.check(texts, body.n_best - 1)
+        if body.split_sentences:
+            check_splitting(body.n_best)
+        options = Options(body.n_best, True, body.alignments or body.attention)
+        translations = await translate(request, texts, options, split=body.split_sentences)
         results = []
         for translation in translations:
             result = translation.to_dict()
@@ -304,6 +408,23 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             {"code": settings.target_lang, "name": settings.target_lang, "targets": []},
         ]
 
+    @app.get("/frontend/settings", summary="What LibreTranslate's web page reads of its server")
+    async def frontend_settings() -> dict:
+        keys = bool(settings.api_keys.keys)
+        return {
+            "charLimit": settings.limits.max_characters,
+            "frontendTimeout": FRONTEND_TIMEOUT_MS,
+            "apiKeys": keys,
+            "keyRequired": keys,
+            "suggestions": False,
+            "filesTranslation": True,
+            "supportedFilesFormat": list(FILE_SUFFIXES),
+            "language": {
+                "source": {"code": settings.source_lang, "name": settings.source_lang},
+                "target": {"code": settings.target_lang, "name": settings.target_lang},
+            },
+        }
+
     @app.get("/v1/info", summary="The language pair, the engine, the limits, whether a key is needed")
     async def info() -> dict:
         return {
@@ -311,6 +432,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             "target": settings.target_lang,
             "engine": translator.engine,
             "api_key_required": bool(settings.api_keys.keys),
+            "detection": detector is not None,
             "limits": {
                 "max_characters": settings.limits.max_characters,
                 "max_segments": settings.limits.max_segments,

@@ -1,12 +1,19 @@
-"""Batching across requests: the segments of concurrent requests are translated together, in batches of at
-most `max_batch_tokens` source tokens (padding included: the batch's segments times its longest), each
-batch waiting at most `max_wait_s` after its first request arrived for others to join it.
+"""Batching across requests, fairly: the segments of concurrent requests (a paragraph's sentences each a
+segment of their own) are translated together, in batches of at most `max_batch_tokens` source tokens
+(padding included: the batch's segments times its longest), each batch waiting at most `max_wait_s` after
+the oldest waiting request arrived for others to join it.
+
+A batch is filled in rounds: each waiting request, oldest first, gives its next segment, and the rounds go
+on while the batch stays within its token budget. A request of many segments therefore gets a share of each
+batch, not the whole worker: a one-sentence request that arrives while a long one is decoding is in the
+next batch, behind one segment of each older request at most. A request's translations are delivered
+together once its last segment is translated.
 
 One worker thread owns the model and runs one batch at a time, off the event loop, so the server answers
-other requests (`/health`) while a batch decodes. Each request gets back its own segments' translations, in
-its order. The queue of waiting requests is bounded: a full queue refuses a request at once (`QueueFull`),
-which the server answers 503. A request whose client went away before its batch started is dropped
-unseen; one that goes away during its batch costs the others nothing (its result is dropped).
+other requests (`/health`) while a batch decodes. The queue of waiting requests is bounded: a full queue
+refuses a request at once (`QueueFull`), which the server answers 503. A request whose client goes away
+(`Batcher.cancel`) has its segments not yet in a batch dropped from the next one; what it had in the batch
+decoding costs the others nothing (its result is dropped).
 """
 
 import asyncio
@@ -26,12 +33,11 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Options:
     """What a request asks of the decoder: its `n_best` hypotheses, with their `scores`, with word
-    `alignments`, each text translated sentence by sentence (`split_sentences`)."""
+    `alignments`."""
 
     n_best: int = 1
     scores: bool = False
     alignments: bool = False
-    split_sentences: bool = False
 
 
 # decode(segments, options, batch_size) -> one Translation per segment, in `batch_size` segments a generate()
@@ -49,8 +55,9 @@ class QueueFull(Exception):
 
 @dataclass(eq=False)
 class Job:
-    """One request: its segments with their lengths in source tokens, what it asks of the decoder, and
-    the future its translations are delivered to on the event loop."""
+    """One request: its segments with their lengths in source tokens, what it asks of the decoder, the
+    future its translations are delivered to on the event loop, and how far it has got: `dispatched`
+    segments handed to a batch, `results` of those translated."""
 
     segments: list[str]
     lengths: list[int]
@@ -59,18 +66,34 @@ class Job:
     loop: asyncio.AbstractEventLoop
     enqueued: float = field(default_factory=time.monotonic)
     cancelled: bool = False
+    dispatched: int = 0
+    results: dict[int, Translation] = field(default_factory=dict)
+
+    @property
+    def waiting(self) -> int:
+        """Segments not yet handed to a batch."""
+        return len(self.segments) - self.dispatched
 
 
-def padded_tokens(jobs: Sequence[Job]) -> int:
-    """The source tokens of one batch of `jobs`, padding included: its segments times its longest."""
-    segments = sum(len(job.lengths) for job in jobs)
-    return segments * max((max(job.lengths, default=0) for job in jobs), default=0)
+# One segment of a batch: its request and its place in the request.
+Item = tuple[Job, int]
+
+
+def padded_tokens(items: Sequence[Item]) -> int:
+    """The source tokens of one batch of `items`, padding included: its segments times its longest."""
+    return len(items) * max((job.lengths[index] for job, index in items), default=0)
+
+
+def requests_of(items: Sequence[Item]) -> list[Job]:
+    """The requests that `items` belong to, each once, in order."""
+    return list(dict.fromkeys(job for job, _ in items))
 
 
 @dataclass
 class BatchStats:
-    """What the batches so far held: counts, the most requests one batch held, and the last batches' sizes
-    (requests, segments, padded tokens, seconds) for the recent throughput."""
+    """What the batches so far held: counts (a request is counted in each batch that holds some of its
+    segments), the most requests one batch held, and the last batches' sizes (requests, segments, padded
+    tokens, seconds) for the recent throughput."""
 
     batches: int = 0
     requests: int = 0
@@ -80,13 +103,13 @@ class BatchStats:
     max_requests_in_batch: int = 0
     recent: deque = field(default_factory=lambda: deque(maxlen=32))
 
-    def add(self, jobs: Sequence[Job], seconds: float) -> None:
-        segments = sum(len(job.segments) for job in jobs)
+    def add(self, items: Sequence[Item], seconds: float) -> None:
+        requests = len(requests_of(items))
         self.batches += 1
-        self.requests += len(jobs)
-        self.segments += segments
-        self.max_requests_in_batch = max(self.max_requests_in_batch, len(jobs))
-        self.recent.append((len(jobs), segments, padded_tokens(jobs), seconds))
+        self.requests += requests
+        self.segments += len(items)
+        self.max_requests_in_batch = max(self.max_requests_in_batch, requests)
+        self.recent.append((requests, len(items), padded_tokens(items), seconds))
 
     def segments_per_second(self) -> float | None:
         """Segments translated per second of decoding over the recent batches (None before the first)."""
@@ -109,9 +132,10 @@ class BatchStats:
 
 
 class Batcher:
-    """Gathers the requests submitted from the event loop into token-budget batches that one worker thread
-    decodes with `decode`; `batching=False` runs one request a batch (what batching gains is measured
-    against it). `start` before the first `submit`, `close` to finish the queue and stop."""
+    """Gathers the segments of the requests submitted from the event loop into fair token-budget batches
+    that one worker thread decodes with `decode`; `batching=False` runs one request a batch, all its
+    segments at once (what batching gains is measured against it). `start` before the first `submit`,
+    `close` to finish the queue and stop."""
 
     def __init__(
         self,
@@ -129,8 +153,7 @@ class Batcher:
         self.batching = batching
         self.stats = BatchStats()
         self.running = 0  # requests in the batch now decoding
-        self._queue: deque[Job] = deque()
-        self._gathering: list[Job] = []  # the next batch, while it waits for more requests
+        self._queue: deque[Job] = deque()  # requests with segments not yet in a batch, oldest first
         self._condition = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._work, name="translation-worker", daemon=True)
@@ -139,7 +162,7 @@ class Batcher:
         self._thread.start()
 
     def close(self) -> None:
-        """Translate what is queued, then stop the worker."""
+        """Translate what is queued for clients still there, then stop the worker."""
         with self._condition:
             self._closing = True
             self._condition.notify()
@@ -148,10 +171,9 @@ class Batcher:
 
     @property
     def queued(self) -> int:
-        """Requests waiting for their batch to start (in the queue, or in the batch being gathered) whose
-        clients are still there."""
+        """Requests with segments waiting for a batch whose clients are still there."""
         with self._condition:
-            return sum(not job.cancelled for job in [*self._queue, *self._gathering])
+            return sum(not job.cancelled for job in self._queue)
 
     def stats_dict(self) -> dict:
         """`BatchStats.as_dict`, with the requests waiting (`queued`) and decoding now."""
@@ -161,13 +183,13 @@ class Batcher:
     def retry_after(self) -> int:
         """Whole seconds the queue should take to drain at the recent throughput (at least 1)."""
         rate = self.stats.segments_per_second()
-        waiting = sum(len(job.segments) for job in list(self._queue))
+        waiting = sum(job.waiting for job in list(self._queue))
         return max(1, math.ceil(waiting / rate)) if rate else 1
 
     def submit(self, segments: list[str], lengths: list[int], options: Options) -> Job:
-        """Queue one request of `segments`, `lengths` source tokens each (call from the event loop); await
-        `job.future` for its translations, one per segment. Raises `QueueFull` when `max_queue` requests
-        wait already."""
+        """Queue one request of `segments` (at least one), `lengths` source tokens each (call from the event
+        loop); await `job.future` for its translations, one per segment. Raises `QueueFull` when
+        `max_queue` requests wait already."""
         loop = asyncio.get_running_loop()
         job = Job(segments, lengths, options, loop.create_future(), loop)
         with self._condition:
@@ -179,59 +201,69 @@ class Batcher:
             self._condition.notify()
         return job
 
-    @staticmethod
-    def cancel(job: Job) -> None:
-        """The client of `job` went away: drop it if its batch has not started."""
-        job.cancelled = True
-
-    def _next_batch(self) -> list[Job] | None:
-        """The next batch: the oldest waiting request, then the waiting requests nearest to it in length
-        while the batch stays within the token budget, waiting for more until `max_wait_s` after the first
-        arrived. None: closing and nothing is left."""
+    def cancel(self, job: Job) -> None:
+        """The client of `job` went away: its segments not yet in a batch are dropped."""
         with self._condition:
-            batch: list[Job] = []
-            while not batch:
-                while not self._queue and not self._closing:
-                    self._condition.wait()
-                if not self._queue:
-                    return None
-                job = self._queue.popleft()
-                if job.cancelled:
-                    self.stats.dropped += 1
-                else:
-                    batch.append(job)
-            deadline = batch[0].enqueued + self.max_wait_s
-            self._gathering = batch
-            while self.batching:
-                while not self._queue and not self._closing and (left := deadline - time.monotonic()) > 0:
-                    self._condition.wait(left)
-                if not self._queue or not self._add_nearest(batch):
-                    break
-            self._gathering = []
-            return batch
+            job.cancelled = True
+            self._condition.notify()
 
-    def _add_nearest(self, batch: list[Job]) -> bool:
-        """Move into `batch` the waiting requests nearest in length to its first, nearest first, each that
-        keeps it within the token budget (and drop those whose clients went away); whether any moved.
-
-        Requests of like length pad little, as sorting a file by length does: under load a batch of the
-        oldest request and its nearest in length decodes faster than one of the next in line. The oldest
-        request always starts the next batch, so none waits behind more than the requests older than it."""
+    def _drop_cancelled(self) -> None:
         for job in [job for job in self._queue if job.cancelled]:
             self._queue.remove(job)
             self.stats.dropped += 1
-        anchor = max(batch[0].lengths, default=0)
-        added = False
-        for job in sorted(self._queue, key=lambda job: abs(max(job.lengths, default=0) - anchor)):
-            if padded_tokens([*batch, job]) <= self.max_batch_tokens:
-                self._queue.remove(job)
-                batch.append(job)
-                added = True
-        return added
+
+    def _plan(self) -> list[Item]:
+        """The segments the next batch would take now, in rounds: each waiting request, oldest first, gives
+        its next segment while the batch keeps within the token budget (its first segment goes in
+        whatever its length). Without batching: every waiting segment of the oldest request."""
+        if not self.batching:
+            job = self._queue[0]
+            return [(job, index) for index in range(job.dispatched, len(job.segments))]
+        items: list[Item] = []
+        longest = 0
+        taken = {job: job.dispatched for job in self._queue}
+        open_jobs = list(self._queue)
+        while open_jobs:
+            still_open = []
+            for job in open_jobs:
+                index = taken[job]
+                length = max(longest, job.lengths[index])
+                if items and (len(items) + 1) * length > self.max_batch_tokens:
+                    continue  # this request's next segment waits for a later batch
+                items.append((job, index))
+                longest, taken[job] = length, index + 1
+                if taken[job] < len(job.segments):
+                    still_open.append(job)
+            open_jobs = still_open
+        return items
+
+    def _next_batch(self) -> list[Item] | None:
+        """The next batch, once the budget is full or `max_wait_s` has passed since the oldest waiting
+        request arrived; None: closing and nothing is left."""
+        with self._condition:
+            while True:
+                self._drop_cancelled()
+                if not self._queue:
+                    if self._closing:
+                        return None
+                    self._condition.wait()
+                    continue
+                deadline = self._queue[0].enqueued + self.max_wait_s
+                plan = self._plan()
+                full = len(plan) < sum(job.waiting for job in self._queue)
+                left = deadline - time.monotonic()
+                if not self.batching or full or self._closing or left <= 0:
+                    break
+                self._condition.wait(left)
+            for job, index in plan:
+                job.dispatched = index + 1
+            self._queue = deque(job for job in self._queue if job.waiting)
+            return plan
 
     def _work(self) -> None:
         while (batch := self._next_batch()) is not None:
-            self.running = len(batch)
+            jobs = requests_of(batch)
+            self.running = len(jobs)
             started = time.monotonic()
             try:
                 self._run(batch)
@@ -239,10 +271,12 @@ class Batcher:
                 # A batch that fails is tried again a request at a time, so that only the request that
                 # cannot be translated gets the error.
                 self.stats.failed += 1
-                for job in batch:
+                for job in jobs:
                     try:
-                        self._run([job])
+                        self._run([item for item in batch if item[0] is job])
                     except Exception as error:
+                        with self._condition:
+                            job.cancelled = True  # its other segments are not translated
                         _deliver(job, error=error)
             seconds = time.monotonic() - started
             with self._condition:  # read from the event loop's thread (retry_after, stats_dict)
@@ -250,35 +284,30 @@ class Batcher:
             self.running = 0
             logger.debug(
                 "batch of %d requests, %d segments, %d padded tokens: %.3f s",
+                len(jobs),
                 len(batch),
-                sum(len(job.segments) for job in batch),
                 padded_tokens(batch),
                 seconds,
             )
 
-    def _run(self, batch: list[Job]) -> None:
-        """Decode `batch` and deliver each request its translations: one decode per sentence-splitting
-        choice, with the most hypotheses any of its requests asks for, and scores and alignments where one
-        asks for them (neither changes the best translation, for a fixed beam), each request's sliced to
-        what it asked for."""
-        for split in (False, True):
-            jobs = [job for job in batch if job.options.split_sentences == split]
-            if not jobs:
-                continue
-            options = Options(
-                n_best=max(job.options.n_best for job in jobs),
-                scores=any(job.options.scores for job in jobs),
-                alignments=any(job.options.alignments for job in jobs),
-                split_sentences=split,
-            )
-            segments = [segment for job in jobs for segment in job.segments]
-            longest = max(max(job.lengths, default=1) for job in jobs)
-            translations = self.decode(segments, options, max(1, self.max_batch_tokens // max(longest, 1)))
-            start = 0
-            for job in jobs:
-                own = translations[start : start + len(job.segments)]
-                start += len(job.segments)
-                _deliver(job, result=[_sliced(translation, job.options) for translation in own])
+    def _run(self, items: list[Item]) -> None:
+        """Decode `items` once, with the most hypotheses any of their requests asks for, and scores and
+        alignments where one asks for them (neither changes the best translation, for a fixed beam); each
+        request's translations are sliced to what it asked for, and delivered once all are there."""
+        jobs = requests_of(items)
+        options = Options(
+            n_best=max(job.options.n_best for job in jobs),
+            scores=any(job.options.scores for job in jobs),
+            alignments=any(job.options.alignments for job in jobs),
+        )
+        longest = max(job.lengths[index] for job, index in items)
+        segments = [job.segments[index] for job, index in items]
+        translations = self.decode(segments, options, max(1, self.max_batch_tokens // max(longest, 1)))
+        for (job, index), translation in zip(items, translations, strict=True):
+            job.results[index] = _sliced(translation, job.options)
+        for job in jobs:
+            if len(job.results) == len(job.segments) and not job.cancelled:
+                _deliver(job, result=[job.results[index] for index in range(len(job.segments))])
 
 
 def _sliced(translation: Translation, options: Options) -> Translation:
@@ -313,4 +342,4 @@ def _deliver(job: Job, result: list[Translation] | None = None, error: BaseExcep
         pass
 
 
-__all__ = ["BatchStats", "Batcher", "Decode", "Job", "Options", "QueueFull", "padded_tokens"]
+__all__ = ["BatchStats", "Batcher", "Decode", "Item", "Job", "Options", "QueueFull", "padded_tokens"]

@@ -29,7 +29,8 @@ class Refusal(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-request limits: `max_characters` over all segments of a request, `max_segments` in it, and
+    """Per-request limits: `max_characters` over all segments of a request (Unicode code points, as
+    LibreTranslate counts them: an emoji or a Chinese character is one), `max_segments` in it, and
     `max_alternatives` beyond the best translation (the beam size less one: the beam holds the n best)."""
 
     max_characters: int = 5000
@@ -38,9 +39,22 @@ class Limits:
 
     @property
     def max_body_bytes(self) -> int:
-        """The largest request body read: `max_characters` of JSON-escaped text (at most 6 bytes a
-        character, "\\uXXXX"), plus room for the other fields. A larger body is refused before parsing."""
-        return 6 * self.max_characters + 16 * self.max_segments + 4096
+        """The largest request body read, and the longest request head (a query string may carry the
+        texts): `max_characters` at 12 bytes each, the most any client's encoding of one character takes (an
+        emoji is 4 bytes of UTF-8, 12 percent-encoded in a form or a URL, and 12 as the JSON escapes
+        "\\ud83d\\ude00"), 16 bytes a segment for the separators, and 64 KiB for the other fields and a
+        multipart form's framing. A larger body is refused before it is read whole."""
+        return 12 * self.max_characters + 16 * self.max_segments + 64 * 1024
+
+    def check_characters(self, characters: int) -> None:
+        """Refuse (413) a request of more than `max_characters` characters."""
+        if characters > self.max_characters:
+            raise Refusal(
+                413,
+                f"{characters} characters in one request; send at most {self.max_characters} a request.",
+                "max_characters",
+                self.max_characters,
+            )
 
     def check(self, segments: list[str], alternatives: int) -> None:
         """Refuse (`Refusal`) a request of `segments` asking for `alternatives` beyond the best: too many
@@ -52,14 +66,7 @@ class Limits:
                 "max_segments",
                 self.max_segments,
             )
-        characters = sum(len(segment) for segment in segments)
-        if characters > self.max_characters:
-            raise Refusal(
-                413,
-                f"{characters} characters in one request; send at most {self.max_characters} a request.",
-                "max_characters",
-                self.max_characters,
-            )
+        self.check_characters(sum(len(segment) for segment in segments))
         if alternatives > self.max_alternatives:
             raise Refusal(
                 400,

@@ -1,8 +1,7 @@
-"""The request bodies of the translation server: LibreTranslate's `POST /translate`, so that its clients
-and integrations (Weblate's, for one) work unchanged, and the native `POST /v1/translate`. Neither has a
-field that names a file, a model or a path: the server translates with the one model it started with."""
-
-from typing import Literal
+"""The request parameters of the translation server: LibreTranslate's `POST /translate`, `/detect` and
+`/translate_file`, so that its clients and integrations (Weblate's, for one) work unchanged, and the native
+`POST /v1/translate`. None has a field that names a file on the server, a model or a path: the server
+translates with the one model it started with."""
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -27,11 +26,32 @@ class LibreTranslateRequest(BaseModel):
     q: str | list[str] = Field(description="the text to translate, or a list of texts")
     source: str = Field(description='the source language code, or "auto"')
     target: str = Field(description="the target language code")
-    format: Literal["text"] = Field("text", description='"text" (HTML is not translated)')
+    format: str = Field("text", description='"text" (HTML is not translated: "html" is refused)')
     alternatives: int = Field(0, ge=0, description="how many alternative translations besides the best")
     api_key: str | None = Field(None, description="an API key, where the server asks for one")
 
     _text = field_validator("q")(_utf8_text)
+
+
+class DetectRequest(BaseModel):
+    """LibreTranslate's `/detect` request: the text `q` (a list is taken as one text), and `api_key`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    q: str | list[str] = Field(description="the text whose language to detect")
+    api_key: str | None = Field(None, description="an API key, where the server asks for one")
+
+    _text = field_validator("q")(_utf8_text)
+
+
+class TranslateFileRequest(BaseModel):
+    """LibreTranslate's `/translate_file` fields beside the file: `source`, `target` and `api_key`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: str = Field(description='the source language code, or "auto"')
+    target: str = Field(description="the target language code")
+    api_key: str | None = Field(None, description="an API key, where the server asks for one")
 
 
 class TranslateRequest(BaseModel):
@@ -50,8 +70,9 @@ class TranslateRequest(BaseModel):
     split_sentences: bool = Field(False, description="split each text into sentences and translate those")
     source: str | None = Field(None, description="the source language code (default: the model's)")
     target: str | None = Field(None, description="the target language code (default: the model's)")
+    api_key: str | None = Field(None, description="an API key, where the server asks for one")
 
     _text = field_validator("q")(_utf8_text)
 
 
-__all__ = ["LibreTranslateRequest", "TranslateRequest"]
+__all__ = ["DetectRequest", "LibreTranslateRequest", "TranslateFileRequest", "TranslateRequest"]

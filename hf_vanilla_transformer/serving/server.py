@@ -1,17 +1,197 @@
-"""Running the translation server: uvicorn on one host and port, the language pair a trained model records,
-and the checks made before a model loads (the port is free, the host is this machine's)."""
+"""Running the translation server: uvicorn on one host and port, guarded against clients that send slowly or
+not at all, the language pair a trained model records, and the checks made before a model loads (the port
+is free, the host is this machine's).
 
+uvicorn itself waits as long as a client likes for a request's headers and body, and answers a request it
+cannot parse in plain text. `GuardedH11Protocol` gives each request `Timeouts.header_s` for its headers and
+then `Timeouts.body_s` for its body, answers 408 in JSON when one runs out, and answers a malformed request
+400 in JSON, so that every answer has the server's one error shape. A SIGTERM or Ctrl-C stops the server
+once the requests in flight are answered (`Timeouts.shutdown_s` at most), and the process exits 0.
+"""
+
+import asyncio
 import errno
 import ipaddress
+import json
 import socket
+from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
+from types import FrameType
 
+import h11
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..model_location import RESULTS_FILE, read_json_object
 
 LOOPBACK_HOSTS = ("localhost",)
+# Seconds a refused client has to read its answer before the connection closes.
+LINGER_S = 2.0
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a client has, in seconds: `header_s` for a request's line and headers (from its first byte,
+    or from the connection for its first request), then `body_s` for its body; `keep_alive_s` an idle
+    connection is kept for its next request; `shutdown_s` the requests in flight have to finish once a stop
+    is asked for (those still running then are answered 503)."""
+
+    header_s: float = 10.0
+    body_s: float = 30.0
+    keep_alive_s: float = 5.0
+    shutdown_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if min(self.header_s, self.body_s, self.keep_alive_s, self.shutdown_s) <= 0:
+            raise ValueError("every timeout must be above 0 seconds.")
+
+
+def json_error_response(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 response of `status` with the body {"error": message}, closing the connection: what
+    the protocol sends where no request reached the app."""
+    body = json.dumps({"error": message}).encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a clock on each request: its headers must arrive within
+    `timeouts.header_s` and its body within `timeouts.body_s` after them, or it is answered 408 (JSON) and
+    the connection closed; a connection that sends nothing is closed. A request that cannot be parsed is
+    answered 400 (JSON). Subclassed per server by `guarded_protocol`, which sets `timeouts`."""
+
+    timeouts = Timeouts()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._clock: asyncio.TimerHandle | None = None
+        self._phase: str | None = None
+        self._closing_after_answer = False
+        super().connection_made(transport)
+        self._watch()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing_after_answer:
+            return  # the rest of a refused request
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_clock()
+        super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        self._answer_and_close(
+            400,
+            "the server cannot parse this HTTP request (its request line, a header or Content-Length is "
+            "malformed, or its head is too long); send a well-formed HTTP/1.1 request.",
+        )
+
+    def _answer_and_close(self, status: int, message: str) -> None:
+        """Send the JSON error and close the connection once the client has had time to read it: closed at
+        once, with the client still sending, the connection would be reset and the answer lost."""
+        self._stop_clock()
+        self._closing_after_answer = True
+        self.transport.write(json_error_response(status, message))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+    def _stop_clock(self) -> None:
+        if self._clock is not None:
+            self._clock.cancel()
+        self._clock, self._phase = None, None
+
+    def _watch(self) -> None:
+        """Start the clock of the phase the connection is in, where it changed: "head" while a request's
+        headers are awaited, "body" while its body is; none between requests of a kept-alive connection
+        (uvicorn's keep-alive timeout closes it) or once the request has arrived."""
+        state = self.conn.their_state
+        phase = None
+        if self.transport.is_closing():
+            phase = None
+        elif state is h11.IDLE and (self.conn.trailing_data[0] or self.timeout_keep_alive_task is None):
+            phase = "head"
+        elif state is h11.SEND_BODY:
+            phase = "body"
+        if phase == self._phase:
+            return
+        self._stop_clock()
+        if phase is not None:
+            seconds = self.timeouts.header_s if phase == "head" else self.timeouts.body_s
+            self._phase = phase
+            self._clock = self.loop.call_later(seconds, self._time_is_up, phase)
+
+    def _time_is_up(self, phase: str) -> None:
+        self._clock, self._phase = None, None
+        if self.transport.is_closing() or self._closing_after_answer:
+            return
+        cycle = self.cycle if phase == "body" else None
+        if cycle is not None:
+            # The app, waiting for the rest of the body, is told the client has gone.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if phase == "head" and not self.conn.trailing_data[0]:
+            self.transport.close()  # nothing of a request came: nobody to answer
+        elif cycle is not None and cycle.response_started:
+            self.transport.close()  # answered already; the rest of the body is not waited for
+        else:
+            limit = self.timeouts.header_s if phase == "head" else self.timeouts.body_s
+            what = "headers" if phase == "head" else "body"
+            self._answer_and_close(
+                408,
+                f"the request's {what} did not arrive within {limit:g} s; send the whole request at once.",
+            )
+
+
+def guarded_protocol(timeouts: Timeouts) -> type[GuardedH11Protocol]:
+    """`GuardedH11Protocol` with `timeouts`."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"timeouts": timeouts})
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server whose stop on SIGTERM or Ctrl-C ends the process with status 0: uvicorn raises the
+    signal again once it has stopped, which ends the process by the signal. A second signal stops it without
+    waiting for the requests in flight."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.force_exit = self.should_exit
+        self.should_exit = True
+
+
+def server_for(
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    timeouts: Timeouts | None = None,
+    max_head_bytes: int = 64 * 1024,
+    log_level: str = "info",
+) -> GracefulServer:
+    """The uvicorn server of `app` on `host`:`port`, with `timeouts`, accepting a request line and headers
+    of up to `max_head_bytes` (a query string carries a whole text for the clients that send it so);
+    `.run()` serves until SIGINT or SIGTERM. Each request is logged at log level "debug" only: under load
+    a line a request would drown the rest."""
+    timeouts = timeouts or Timeouts()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=guarded_protocol(timeouts),
+        h11_max_incomplete_event_size=max_head_bytes,
+        timeout_keep_alive=timeouts.keep_alive_s,
+        timeout_graceful_shutdown=timeouts.shutdown_s,
+        log_level=log_level,
+        access_log=log_level == "debug",
+    )
+    return GracefulServer(config)
 
 
 def recorded_languages(model: str | Path) -> tuple[str, str] | None:
@@ -57,12 +237,14 @@ def check_port(host: str, port: int) -> None:
             ) from None
 
 
-def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve `app` with uvicorn until SIGINT or SIGTERM, which stop it once the requests in flight are
-    answered (uvicorn's graceful shutdown: no new connections, then the app's shutdown). Each request is
-    logged at `log_level` "debug" only: under load a line a request would drown the rest."""
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=log_level == "debug")
-    uvicorn.Server(config).run()
-
-
-__all__ = ["check_port", "is_loopback", "recorded_languages", "run_server"]
+__all__ = [
+    "GracefulServer",
+    "GuardedH11Protocol",
+    "Timeouts",
+    "check_port",
+    "guarded_protocol",
+    "is_loopback",
+    "json_error_response",
+    "recorded_languages",
+    "server_for",
+]
