@@ -136,7 +136,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     keys = tmp_path_factory.mktemp("keys") / "keys.txt"
     keys.write_text(f"# the test's keys\n{KEY}\n\nanother-key\n", encoding="utf-8")
     process, url = start_command(
-        model_dir, "--api-keys", str(keys), "--max-characters", "200", "--max-segments", "4"
+        model_dir, "--api-keys", str(keys), "--char-limit", "200", "--batch-limit", "4"
     )
     yield url
     process.send_signal(signal.SIGTERM)

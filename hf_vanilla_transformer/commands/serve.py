@@ -63,7 +63,6 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     parser.add_argument(
         "--char-limit",
-        "--max-characters",
         dest="max_characters",
         type=positive_int,
         default=5000,
@@ -72,7 +71,6 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     parser.add_argument(
         "--batch-limit",
-        "--max-segments",
         dest="max_segments",
         type=positive_int,
         default=64,
