@@ -330,8 +330,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     bar = tqdm(
         total=total, desc="Translating", unit="line", disable=total is None and not sys.stderr.isatty()
     )
-    # The bar is closed first whatever ends the run, so that an error's line is the last on standard error.
-    with bar, source, _open(args.output, "w", sys.stdout) as target, refusals_in_one_line(parser):
+    # The refusal is outermost: the bar closes first whatever ends the run, so that an error's line is the
+    # last on standard error.
+    with refusals_in_one_line(parser), bar, source, _open(args.output, "w", sys.stdout) as target:
         chunks = arriving_chunks(source, name, CHUNK_LINES, args.max_wait_ms / 1000)
         try:
             for first, lines in chunks:

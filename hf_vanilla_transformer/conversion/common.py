@@ -122,7 +122,7 @@ def max_logits_difference(
     config = converted.config
     generator = torch.Generator().manual_seed(seed)
     source = torch.randint(0, config.vocab_size, (2, 9), generator=generator)
-    target = torch.randint(0, config.decoder_vocab_size, (2, 7), generator=generator)
+    target = torch.randint(0, config.target_vocab_size, (2, 7), generator=generator)
     # Padding ids inside the text would be masked differently by different implementations.
     source[source == config.pad_token_id] = config.eos_token_id
     target[target == config.pad_token_id] = config.eos_token_id

@@ -205,7 +205,7 @@ def export_ctranslate2(
     config = source.config
     source_tokens = vocabulary_tokens(source.tokenizer, config.vocab_size, "source")
     target_tokenizer = source.target_tokenizer or source.tokenizer
-    target_tokens = vocabulary_tokens(target_tokenizer, config.decoder_vocab_size, "target")
+    target_tokens = vocabulary_tokens(target_tokenizer, config.target_vocab_size, "target")
     spec = ctranslate2_spec(source.model, source_tokens, target_tokens, source.tokenizer.unk_token)
     if shortlist is not None:
         shortlist.check(source_tokens, target_tokens)
