@@ -84,7 +84,8 @@ FIRST_ORDINARY = 2
 SIZES = {
     # The paper's base model (Table 3) with a 32k vocabulary, as in the baseline.
     "base": Size(512, 6, 8, 2048, 32000),
-    # The model of the `cpu` training preset (hf_vanilla_transformer.presets), with its 8000-token vocabulary.
+    # The model of the `cpu` training preset (hf_vanilla_transformer.training.presets), with its 8000-token
+    # vocabulary.
     "small": Size(256, 3, 4, 1024, 8000),
     # The model of the `cpu-demo` preset, the README's demo, with its 5000-token vocabulary.
     "demo": Size(256, 3, 4, 512, 5000),

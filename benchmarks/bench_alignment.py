@@ -6,8 +6,8 @@ head, and the mean of all layers, measured on Multi30k test against an independe
 No hand-made gold alignments of Multi30k exist, so the reference is eflomal (Östling and Tiedemann, 2016;
 `pip install eflomal`), a Bayesian IBM-model aligner with an HMM and fertility, trained on Multi30k train
 and test together (30,000 pairs), in both directions. Words are split at whitespace, as
-`hf_vanilla_transformer.alignment` splits them; eflomal sees them lowercased and without the punctuation
-at their edges ("man." as "man"), which keeps their number and position but stops "man" and "man."
+`hf_vanilla_transformer.inference.alignment` splits them; eflomal sees them lowercased and without the
+punctuation at their edges ("man." as "man"), which keeps their number and position but stops "man" and "man."
 from being different words to it. The two directions are symmetrized with grow-diag-final-and (Koehn et
 al., 2005) into the reference R, and by intersection into its sure part S. Reported per attention rule,
 summed over the test set: precision |A & R| / |A|, recall |A & R| / |R|, F1, and the alignment error
@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, write_result  # noqa: E402
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
-from hf_vanilla_transformer.alignment import cross_attention_heads, pharaoh, word_attention  # noqa: E402
-from hf_vanilla_transformer.translation import translate  # noqa: E402
+from hf_vanilla_transformer.inference.alignment import cross_attention_heads, pharaoh, word_attention  # noqa: E402
+from hf_vanilla_transformer.inference.translation import translate  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 Links = set[tuple[int, int]]
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-own", action="store_true", help="skip the model's own translations")
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results_alignment.json"))
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "results_alignment.json"))
     parser.add_argument("--figure", default=str(REPO / "docs" / "figures" / "alignment_layers.png"))
     args = parser.parse_args(argv)
     if importlib.util.find_spec("eflomal") is None:

@@ -35,8 +35,9 @@ from _common import (  # noqa: E402
 )
 from bench_generate import SEARCHES, hf_generate, sequences_of, source_batch, suppress_end_token  # noqa: E402
 
-from hf_vanilla_transformer.engines import CTranslate2Seq2SeqLM  # noqa: E402
-from hf_vanilla_transformer.export import ExportSource, export_ctranslate2  # noqa: E402
+from hf_vanilla_transformer.inference.engines.ctranslate2 import CTranslate2Seq2SeqLM
+from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_ctranslate2
+from hf_vanilla_transformer.inference.engines.export_common import ExportSource
 
 BACKENDS = {"oneDNN": "0", "MKL": "1"}  # the value of CT2_USE_MKL
 QUANTIZATIONS = ("float32", "int8")
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
     parser.add_argument("--src-len", type=int, default=24)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--output", default="benchmarks/results_ct2_backends.json")
+    parser.add_argument("--output", default="benchmarks/results/results_ct2_backends.json")
     # One backend's timings, in the process that `run_backend` starts for it.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

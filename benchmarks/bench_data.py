@@ -54,9 +54,9 @@ def write_corpus(folder: Path, pairs: int, seed: int = 0) -> Path:
 
 def prepare(prefix: str, tokenizer_dir: str, num_proc: int, max_length: int, max_tokens: int) -> dict:
     """One preparation as training does it, in this process; returns its times and memory."""
-    from hf_vanilla_transformer.batching import TokenBudgetBatchSampler
-    from hf_vanilla_transformer.data import load_parallel_data, tokenize_pairs
-    from hf_vanilla_transformer.tokenization import load_tokenizer
+    from hf_vanilla_transformer.common.tokenization import load_tokenizer
+    from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
+    from hf_vanilla_transformer.training.data import load_parallel_data, tokenize_pairs
 
     tokenizer = load_tokenizer(tokenizer_dir)
     with MemoryPeaks() as memory:
@@ -100,8 +100,8 @@ def prepare_in_fresh_process(
 def bench_size(args: argparse.Namespace, pairs: int, folder: Path) -> dict:
     import datasets
 
-    from hf_vanilla_transformer.data import load_parallel_data
-    from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+    from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+    from hf_vanilla_transformer.training.data import load_parallel_data
 
     start = time.perf_counter()
     prefix = write_corpus(folder, pairs)
@@ -151,7 +151,9 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--quick", action="store_true", help="5k pairs: a smoke test")
-    parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results_data.json"))
+    parser.add_argument(
+        "--output", default=str(Path(__file__).resolve().parent / "results" / "results_data.json")
+    )
     parser.add_argument(
         "--child", nargs=3, metavar=("PREFIX", "TOKENIZER", "NUM_PROC"), help=argparse.SUPPRESS
     )

@@ -26,15 +26,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import format_table, machine_line, paired_ratios, write_result  # noqa: E402
 
-from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
-from hf_vanilla_transformer.evaluation import corpus_bleu  # noqa: E402
-from hf_vanilla_transformer.export import (  # noqa: E402
-    build_shortlist,
-    export_ctranslate2,
-    export_onnx,
-    load_for_export,
-    read_lines,
-)
+from hf_vanilla_transformer.common.text_lines import read_lines
+from hf_vanilla_transformer.evaluation.metrics import corpus_bleu  # noqa: E402
+from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_ctranslate2
+from hf_vanilla_transformer.inference.engines.export_common import load_for_export
+from hf_vanilla_transformer.inference.engines.onnx_graphs import export_onnx
+from hf_vanilla_transformer.inference.shortlist import build_shortlist
+from hf_vanilla_transformer.inference.translator import Translator, load_translator
 
 QUANTIZATIONS = ("float32", "int8")
 
@@ -90,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tgt-lang", default="de")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="threads of every engine (torch included)")
-    parser.add_argument("--output", default="benchmarks/results_engines_bleu.json")
+    parser.add_argument("--output", default="benchmarks/results/results_engines_bleu.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     sentences = list(read_lines(f"{args.test}.{args.src_lang}"))

@@ -69,15 +69,13 @@ from _common import (  # noqa: E402
     write_result,
 )
 
-from hf_vanilla_transformer import cpu_speedups  # noqa: E402
-from hf_vanilla_transformer.engines import CTranslate2Seq2SeqLM, OnnxSeq2SeqLM  # noqa: E402
-from hf_vanilla_transformer.export import (  # noqa: E402
-    ExportError,
-    ExportSource,
-    export_ctranslate2,
-    export_onnx,
-)
-from hf_vanilla_transformer.translation import quantize_int8  # noqa: E402
+from hf_vanilla_transformer import cpu_speedups
+from hf_vanilla_transformer.inference.engines.ctranslate2 import CTranslate2Seq2SeqLM
+from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_ctranslate2
+from hf_vanilla_transformer.inference.engines.export_common import ExportError, ExportSource
+from hf_vanilla_transformer.inference.engines.onnx import OnnxSeq2SeqLM
+from hf_vanilla_transformer.inference.engines.onnx_graphs import export_onnx
+from hf_vanilla_transformer.inference.translation import quantize_int8  # noqa: E402
 
 SEARCHES = {"beam4": 4, "greedy": 1}
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
@@ -424,7 +422,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--int8", action="store_true", help="also ours with dynamic int8 linear layers")
     parser.add_argument("--no-ctranslate2", action="store_true", help="no CTranslate2 columns")
     parser.add_argument("--no-onnx", action="store_true", help="no ONNX Runtime column")
-    parser.add_argument("--output", default="benchmarks/results_generate.json")
+    parser.add_argument("--output", default="benchmarks/results/results_generate.json")
     args = parse_device_args(parser, argv, CUDA_DEFAULTS)
     if args.quick:
         args.sizes, args.batch, args.src_len, args.new_tokens, args.repeats = ["tiny"], 4, 8, 8, 1

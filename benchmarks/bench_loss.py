@@ -22,7 +22,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, timed, write_result  # noqa: E402
 
-from hf_vanilla_transformer.loss import chunked_label_smoothed_cross_entropy_sum  # noqa: E402
+from hf_vanilla_transformer.training.loss import chunked_label_smoothed_cross_entropy_sum  # noqa: E402
 
 
 def torch_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float) -> torch.Tensor:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--epsilon", type=float, default=0.1)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="512 tokens x 1000, 2 repeats, on the CPU")
-    parser.add_argument("--output", default="benchmarks/results_loss.json")
+    parser.add_argument("--output", default="benchmarks/results/results_loss.json")
     args = parser.parse_args(argv)
     if args.quick:
         args.tokens, args.vocab, args.repeats = 512, 1000, 2

@@ -39,12 +39,12 @@ from _common import (  # noqa: E402
     write_result,
 )
 
-from hf_vanilla_transformer import (  # noqa: E402
+from hf_vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
     cpu_speedups,
 )
-from hf_vanilla_transformer.schedule import build_paper_optimizer  # noqa: E402
+from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
 
 SHIPPED = {
     "_ONEDNN_MIN_TRAINING_ROWS": cpu_speedups._ONEDNN_MIN_TRAINING_ROWS,
@@ -191,7 +191,7 @@ def main() -> None:
     parser.set_defaults(sizes=["demo", "small"])
     parser.add_argument("--demo-tokens", type=int, default=1024, help="tokens per training batch, demo size")
     parser.add_argument("--cpu-tokens", type=int, default=4096, help="tokens per training batch, cpu size")
-    parser.add_argument("--output", default="benchmarks/results_onednn.json")
+    parser.add_argument("--output", default="benchmarks/results/results_onednn.json")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -65,7 +65,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, write_result  # noqa: E402
 
-from hf_vanilla_transformer.engines import load_translator  # noqa: E402
+from hf_vanilla_transformer.inference.translator import load_translator
 
 REPO = Path(__file__).resolve().parent.parent
 MULTI30K_TEST = REPO.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en"
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
         help="serve from the hf_vanilla_transformer package in this folder (another checkout)",
     )
     parser.add_argument("--quick", action="store_true", help="2-3 s runs, few clients: a smoke test")
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results_serve.json"))
+    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "results_serve.json"))
     args = parser.parse_args(argv)
     if Path(args.model).exists():  # the server may run in another folder (--server-code)
         args.model = str(Path(args.model).resolve())

@@ -92,8 +92,8 @@ def quick_export(folder: Path) -> Path:
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     from conftest import tiny_model
 
-    from hf_vanilla_transformer.engines import export
-    from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+    from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+    from hf_vanilla_transformer.inference.engines.exporting import export
 
     text = DEFAULT_SOURCE.read_text(encoding="utf-8").split("\n") if DEFAULT_SOURCE.exists() else []
     tokenizer = train_shared_bpe_tokenizer(
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compute-type", default=None)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="a tiny export and short files: a smoke test")
-    parser.add_argument("--output", default="benchmarks/results_stream.json")
+    parser.add_argument("--output", default="benchmarks/results/results_stream.json")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)

@@ -84,16 +84,16 @@ from _common import (  # noqa: E402
 )
 from _memory import step_memory  # noqa: E402
 
-from hf_vanilla_transformer import (  # noqa: E402
+from hf_vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
     cpu_speedups,
 )
-from hf_vanilla_transformer import loss as training_loss  # noqa: E402
-from hf_vanilla_transformer.batching import TokenBudgetBatchSampler  # noqa: E402
-from hf_vanilla_transformer.schedule import build_paper_optimizer  # noqa: E402
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer  # noqa: E402
-from hf_vanilla_transformer.training import cpu_bf16_training  # noqa: E402
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer  # noqa: E402
+from hf_vanilla_transformer.training import loss as training_loss
+from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
+from hf_vanilla_transformer.training.pipeline import cpu_bf16_training  # noqa: E402
+from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
 
 # One process compiles several models and modes: more than torch's default of 8 graphs per function.
 torch._dynamo.config.recompile_limit = 64
@@ -559,7 +559,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--loss-curve", type=int, default=0, metavar="STEPS")
     parser.add_argument("--loss-curve-size", default="small", choices=sorted(SIZES))
     parser.add_argument("--fastest", default="bf16-eager-attn_eager", choices=MODES + FAST_MODES)
-    parser.add_argument("--output", default="benchmarks/results_train.json")
+    parser.add_argument("--output", default="benchmarks/results/results_train.json")
     args = parse_device_args(parser, argv, CUDA_DEFAULTS)
     if args.quick:
         args.sizes, args.batch, args.src_len, args.tgt_len = ["tiny"], 8, 12, 12

@@ -192,7 +192,7 @@ class CPULinear(nn.Linear):
     torchao's quantized weights, DTensor) goes through `nn.Linear.forward`, so that its own `F.linear` runs.
 
     torch.ao's `quantize_dynamic` matches module types exactly and skips subclasses:
-    `hf_vanilla_transformer.translation.quantize_int8` quantizes these layers.
+    `hf_vanilla_transformer.inference.translation.quantize_int8` quantizes these layers.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,25 @@ def gnmt_length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Ten
     return ((5 + length) / 6) ** alpha
 
 
+def length_penalty(
+    length: torch.Tensor | float, alpha: float, penalty_type: str | None
+) -> torch.Tensor | float:
+    """What beam search divides a hypothesis' log-probability by to rank it: the GNMT penalty ("gnmt",
+    `gnmt_length_penalty`) or transformers' |Y|^alpha (any other type). Every engine ranks by this."""
+    return gnmt_length_penalty(length, alpha) if penalty_type == "gnmt" else length**alpha
+
+
+def output_length_offset(generation_config: GenerationConfig, call: dict) -> int | None:
+    """The offset of Section 6.1's output limit (each input's length + offset) that a `generate()` call
+    decodes with, None where it does not apply: `max_length_offset` of the call or else of the config, unless
+    the call passes `max_new_tokens` or `max_length`, or the config sets `max_new_tokens`, which win. Every
+    engine resolves the limit here."""
+    if generation_config.max_new_tokens is not None or {"max_new_tokens", "max_length"} & call.keys():
+        return None
+    offset = call.get("max_length_offset")
+    return offset if offset is not None else getattr(generation_config, "max_length_offset", None)
+
+
 def paper_generation_config(config, **overrides) -> GenerationConfig:
     """The decoding of Section 6.1: beam size 4, GNMT length penalty alpha = 0.6, outputs up to the
     input length + 50, stopping as soon as the beams are finished. `config` gives the special tokens."""
@@ -143,12 +162,8 @@ class PaperDecodingMixin:
             raise ValueError(
                 f"Unknown length_penalty_type {penalty_type!r}: choose one of {LENGTH_PENALTY_TYPES}."
             )
-        if max_length_offset is None:
-            max_length_offset = getattr(config, "max_length_offset", None)
-        limit_given = (
-            config.max_new_tokens is not None or "max_new_tokens" in kwargs or "max_length" in kwargs
-        )
-        if max_length_offset is not None and not limit_given:
+        max_length_offset = output_length_offset(config, {**kwargs, "max_length_offset": max_length_offset})
+        if max_length_offset is not None:
             source = inputs if inputs is not None else kwargs.get("input_ids")
             limits = _source_length_limits(
                 self.config, source, kwargs.get("attention_mask"), max_length_offset
@@ -221,5 +236,7 @@ __all__ = [
     "PaperDecodingMixin",
     "SourceLengthLimitLogitsProcessor",
     "gnmt_length_penalty",
+    "length_penalty",
+    "output_length_offset",
     "paper_generation_config",
 ]

@@ -15,10 +15,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from hf_vanilla_transformer.chatbot import load_chatbot, preprocess_sentence
-from hf_vanilla_transformer.cli import ArgumentParser, positive_int
-from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.plotting import (
+from hf_vanilla_transformer.common.cli import ArgumentParser, positive_int
+from hf_vanilla_transformer.figures.plotting import (
     attention_maps,
     find_hangul_font,
     plot_alignment,
@@ -28,6 +26,8 @@ from hf_vanilla_transformer.plotting import (
     plot_positional_encoding,
     plot_training_curves,
 )
+from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.training.chatbot import load_chatbot, preprocess_sentence
 
 ATTENTION_FILES = {
     "encoder": "attention_encoder_self.png",

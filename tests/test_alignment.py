@@ -6,7 +6,9 @@ import pytest
 import torch
 from conftest import REPO_ROOT, tiny_model
 
-from hf_vanilla_transformer.alignment import (
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.conversion.fairseq import tokenizer_from_fairseq_dictionary
+from hf_vanilla_transformer.inference.alignment import (
     align,
     alignment_layer,
     cross_attention,
@@ -15,8 +17,6 @@ from hf_vanilla_transformer.alignment import (
     token_words,
     word_attention,
 )
-from hf_vanilla_transformer.conversion.fairseq import tokenizer_from_fairseq_dictionary
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 
 MULTI30K = REPO_ROOT / "data" / "multi30k"
 SENTENCES = 200

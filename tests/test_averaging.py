@@ -10,9 +10,9 @@ from safetensors.torch import load_file, save_file
 from transformers import MarianConfig, MarianMTModel
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.averaging import average_checkpoints, last_checkpoints
 from hf_vanilla_transformer.commands import main as command_main
-from hf_vanilla_transformer.model_location import MODEL_DESCRIPTION_FILES
+from hf_vanilla_transformer.common.model_location import MODEL_DESCRIPTION_FILES
+from hf_vanilla_transformer.training.averaging import average_checkpoints, last_checkpoints
 
 MARIAN = dict(
     vocab_size=50,

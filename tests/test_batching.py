@@ -7,7 +7,7 @@ import pytest
 from accelerate.data_loader import BatchSamplerShard, prepare_data_loader, skip_first_batches
 from torch.utils.data import DataLoader
 
-from hf_vanilla_transformer.batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
+from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
 
 
 def random_lengths(n: int, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -13,7 +13,7 @@ import torch
 from conftest import REPO_ROOT
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer.chatbot import (
+from hf_vanilla_transformer.training.chatbot import (
     DEFAULT_DATA,
     SETTINGS_FILE,
     ChatbotSettings,
@@ -289,7 +289,7 @@ def test_a_corpus_that_is_not_utf8_is_refused_in_one_line_and_leaves_no_settings
         _load_script("chatbot").main(["train", "--data", str(corpus), "--output-dir", str(output)])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
-    assert f"{corpus} is not UTF-8 text" in err
+    assert f"{corpus}, line 2: not valid UTF-8" in err
     assert not (output / SETTINGS_FILE).exists()
 
 

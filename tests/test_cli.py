@@ -20,14 +20,14 @@ import torch
 from conftest import REPO_ROOT, tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from hf_vanilla_transformer.chatbot import read_chatbot_settings
-from hf_vanilla_transformer.cli import ArgumentParser, may_write, refusals_in_one_line
 from hf_vanilla_transformer.commands import COMMANDS, command_module
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.commands.translate import main as translate_main
-from hf_vanilla_transformer.model_location import EXPORT_INFO_FILE
-from hf_vanilla_transformer.presets import TRAINING_PRESETS
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.common.cli import ArgumentParser, may_write, refusals_in_one_line
+from hf_vanilla_transformer.common.model_location import EXPORT_INFO_FILE
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.training.chatbot import read_chatbot_settings
+from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
 
 SCRIPTS = REPO_ROOT / "scripts"
 # The one script that is not a command of `vanilla-transformer`.
@@ -288,7 +288,7 @@ BAD_INPUTS = {
     "push: a card template not UTF-8": (
         "push_to_hub",
         ["--model-dir", "MODEL", "--repo-id", "someone/x", "--card", "LATIN1"],
-        "latin1.en is not UTF-8 text (line 1, byte 3): re-encode it",
+        "latin1.en, line 1: not valid UTF-8",
     ),
     "train: a negative seed": ("train", ["--output-dir", "out", "--seed", "-1"], "--seed"),
     "train: output a file": ("train", ["--output-dir", "SOURCE"], "is a file"),

@@ -10,7 +10,7 @@ from conftest import REPO_ROOT, tiny_config
 from transformers import pipeline
 
 from hf_vanilla_transformer import TranslationPipeline, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.translation_pipeline import TASK
 
 

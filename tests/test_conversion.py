@@ -29,6 +29,8 @@ from transformers import (
 )
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.common.model_location import RESULTS_FILE
+from hf_vanilla_transformer.common.tokenization import load_tokenizer
 from hf_vanilla_transformer.conversion import (
     ConversionError,
     bpe_file_name,
@@ -37,10 +39,8 @@ from hf_vanilla_transformer.conversion import (
     fairseq_model_args,
     load_fairseq_checkpoint,
 )
-from hf_vanilla_transformer.hub import stage_repo
-from hf_vanilla_transformer.model_location import RESULTS_FILE
-from hf_vanilla_transformer.tokenization import load_tokenizer
-from hf_vanilla_transformer.translation import load_tokenizers
+from hf_vanilla_transformer.hub.publishing import stage_repo
+from hf_vanilla_transformer.inference.translation import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "convert_checkpoint.py"

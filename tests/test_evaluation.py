@@ -15,7 +15,8 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from hf_vanilla_transformer.evaluation import (
+from hf_vanilla_transformer.evaluation.metrics import (
+    SACREBLEU_METRIC,
     BleuResult,
     MetricResult,
     corpus_bleu,
@@ -24,7 +25,6 @@ from hf_vanilla_transformer.evaluation import (
     split_compounds,
     tokenized_bleu,
 )
-from hf_vanilla_transformer.metrics import SACREBLEU_METRIC
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "evaluate_bleu.py"

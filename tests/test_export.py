@@ -25,31 +25,22 @@ from hf_vanilla_transformer import (
     paper_generation_config,
 )
 from hf_vanilla_transformer.commands import translate as translate_command
+from hf_vanilla_transformer.common.model_location import EXPORT_INFO_FILE
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
-from hf_vanilla_transformer.engines import (
-    CTranslate2Options,
-    OnnxSeq2SeqLM,
-    ctranslate2_options,
-    detect_engine,
-    export,
-    load_model,
-    load_translator,
-)
-from hf_vanilla_transformer.export import (
-    EXPORT_INFO_FILE,
-    ONNX_DECODER_FILE,
-    ONNX_ENCODER_FILE,
-    VMAP_FILE,
-    ExportError,
-    ExportSource,
-    Shortlist,
-    build_shortlist,
-    ctranslate2_refusals,
-    export_ctranslate2,
-    load_for_export,
-    vocabulary_tokens,
-)
 from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty
+from hf_vanilla_transformer.inference.engines.base import detect_engine
+from hf_vanilla_transformer.inference.engines.ctranslate2 import CTranslate2Options, ctranslate2_options
+from hf_vanilla_transformer.inference.engines.ctranslate2_export import (
+    ctranslate2_refusals,
+    ctranslate2_vocabulary,
+    export_ctranslate2,
+)
+from hf_vanilla_transformer.inference.engines.export_common import ExportError, ExportSource, load_for_export
+from hf_vanilla_transformer.inference.engines.exporting import export
+from hf_vanilla_transformer.inference.engines.onnx import OnnxSeq2SeqLM
+from hf_vanilla_transformer.inference.engines.onnx_graphs import ONNX_DECODER_FILE, ONNX_ENCODER_FILE
+from hf_vanilla_transformer.inference.shortlist import VMAP_FILE, Shortlist, build_shortlist
+from hf_vanilla_transformer.inference.translator import load_model, load_translator
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
 
 
@@ -287,7 +278,7 @@ def test_shortlist_file_has_ctranslate2s_vmap_format(tmp_path):
 def test_a_shortlist_of_every_token_decodes_as_no_shortlist(exported, tmp_path, variant):
     source = load_for_export(exported(variant))
     target_tokenizer = source.target_tokenizer or source.tokenizer
-    every_token = vocabulary_tokens(target_tokenizer, source.config.decoder_vocab_size, "target")
+    every_token = ctranslate2_vocabulary(target_tokenizer, source.config.decoder_vocab_size, "target")
     folder = export_ctranslate2(source, tmp_path / "ct2", shortlist=Shortlist(every_token, {}))
     with_vmap, without = load_model(folder), load_model(folder, use_vmap=False)
     assert (with_vmap.use_vmap, without.use_vmap) == (True, False)
@@ -630,7 +621,7 @@ def test_export_refuses_shortlist_files_that_are_not_line_aligned_utf8(tmp_path,
     error = error_after_loading("--shortlist-from", str(tmp_path / "short"))
     assert "The shortlist's target text ends after 2 lines, before the other side" in error
     error = error_after_loading("--shortlist-from", str(tmp_path / "latin"))
-    assert f"{tmp_path / 'latin.en'} is not UTF-8 text: re-encode it" in error
+    assert f"{tmp_path / 'latin.en'}, line 2: not valid UTF-8" in error
     assert not (tmp_path / "out").exists()
 
 

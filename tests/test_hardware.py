@@ -7,10 +7,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hf_vanilla_transformer import cpu_speedups, hardware, training
+from hf_vanilla_transformer import cpu_speedups, hardware
 from hf_vanilla_transformer.hardware import CPUFeatures
-from hf_vanilla_transformer.presets import TRAINING_PRESETS
-from hf_vanilla_transformer.training import TrainingSettings
+from hf_vanilla_transformer.training import pipeline as training
+from hf_vanilla_transformer.training.pipeline import TrainingSettings
+from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
 
 BASE_FLAGS = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma"
 

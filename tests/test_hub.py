@@ -32,10 +32,9 @@ from test_export import needs_ctranslate2, train_reverse_model
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, pipeline
 
 from hf_vanilla_transformer import VanillaTransformerConfig
-from hf_vanilla_transformer.engines import load_translator
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-from hf_vanilla_transformer.hub import push_model
-from hf_vanilla_transformer.model_card import (
+from hf_vanilla_transformer.hub.model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
     NOT_MEASURED,
@@ -44,7 +43,8 @@ from hf_vanilla_transformer.model_card import (
     render_model_card,
     transformers_requirement,
 )
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.hub.publishing import push_model
+from hf_vanilla_transformer.inference.translator import load_translator
 from hf_vanilla_transformer.translation_pipeline import TASK
 
 REPO_ID = "org/vanilla"
@@ -537,8 +537,8 @@ def test_card_template_not_utf8_is_refused_naming_the_file_and_the_fix(
     byte = len(CARD_METADATA_LINES + "Trained d")
     number = CARD_METADATA_LINES.count("\n") + 1
     assert line == (
-        f"--card {card} is not UTF-8 text (line {number}, byte {byte}): re-encode it, e.g. iconv -f latin1 "
-        "-t utf-8."
+        f"--card {card}, line {number}: not valid UTF-8 (invalid continuation byte at byte {byte}); "
+        "re-encode it, e.g. iconv -f latin1 -t utf-8."
     )
 
 
@@ -650,8 +650,8 @@ def test_config_with_the_repo_pipeline_saves_again_unchanged(tmp_path: Path) -> 
 def test_staging_carries_a_converted_fairseq_models_bpe_codes_and_target_vocabulary(tmp_path: Path) -> None:
     from conftest import tiny_model
 
-    from hf_vanilla_transformer.hub import stage_repo
-    from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+    from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+    from hf_vanilla_transformer.hub.publishing import stage_repo
 
     model_dir = tmp_path / "converted"
     tokenizer = train_shared_bpe_tokenizer(
@@ -740,7 +740,7 @@ CTRANSLATE2_CLIENT = """
     import ctranslate2
     from huggingface_hub import snapshot_download
     from transformers import AutoTokenizer
-    from hf_vanilla_transformer.engines import load_translator
+    from hf_vanilla_transformer.inference.translator import load_translator
 
     args = json.loads(sys.argv[1])
     folder = snapshot_download(args["repo"], allow_patterns="ctranslate2/*") + "/ctranslate2"

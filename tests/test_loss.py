@@ -1,7 +1,7 @@
-"""The training loss of Section 5.4 (`hf_vanilla_transformer.loss`): label smoothing against the formula
-computed by hand and against torch's `cross_entropy(label_smoothing=...)`, the chunked CPU implementation
-against torch's (losses, gradients, double backward), and the Trainer that trains with it against the
-model's own cross-entropy and against transformers' `label_smoothing_factor`."""
+"""The training loss of Section 5.4 (`hf_vanilla_transformer.training.loss`): label smoothing against the
+formula computed by hand and against torch's `cross_entropy(label_smoothing=...)`, the chunked CPU
+implementation against torch's (losses, gradients, double backward), and the Trainer that trains with it
+against the model's own cross-entropy and against transformers' `label_smoothing_factor`."""
 
 import pytest
 import torch
@@ -10,8 +10,8 @@ from datasets import Dataset
 from torch import nn
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from hf_vanilla_transformer import loss as training_loss
-from hf_vanilla_transformer.loss import (
+from hf_vanilla_transformer.training import loss as training_loss
+from hf_vanilla_transformer.training.loss import (
     LabelSmoothedLoss,
     LabelSmoothedSeq2SeqTrainer,
     label_smoothed_cross_entropy,

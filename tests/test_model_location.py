@@ -7,10 +7,10 @@ import pytest
 from conftest import tiny_model
 
 from hf_vanilla_transformer.commands import main as command_main
+from hf_vanilla_transformer.common.model_location import TOKENIZER_FILES
+from hf_vanilla_transformer.common.tokenization import load_tokenizer
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
-from hf_vanilla_transformer.engines import load_translator
-from hf_vanilla_transformer.model_location import TOKENIZER_FILES
-from hf_vanilla_transformer.tokenization import load_tokenizer
+from hf_vanilla_transformer.inference.translator import load_translator
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
 
 SYMBOLS = ["<s>", "<pad>", "</s>", "<unk>"] + [f"t{i}" for i in range(60)]

@@ -14,13 +14,13 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from hf_vanilla_transformer.alignment import align
 from hf_vanilla_transformer.commands import translate as translate_command
-from hf_vanilla_transformer.engines import load_translator
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
-from hf_vanilla_transformer.scoring import token_log_probs
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.translation import translate, translate_n_best
+from hf_vanilla_transformer.inference.alignment import align
+from hf_vanilla_transformer.inference.scoring import token_log_probs
+from hf_vanilla_transformer.inference.translation import translate, translate_n_best
+from hf_vanilla_transformer.inference.translator import load_translator
 
 WORDS = "a dog runs in the park two men talk girl reads book sleeps cat sits on mat".split()
 SENTENCES = ["a dog runs in the park", "two men talk", "", "a girl reads a book", "the cat sits on the mat"]
@@ -286,7 +286,7 @@ def test_ctranslate2_n_best_scores_are_the_models_log_probabilities(model_dir, m
     """The CTranslate2 export's n best come with CTranslate2's own forced-decoding log-probabilities,
     which equal the PyTorch model's for the same outputs; they are ranked by the beam's score."""
     pytest.importorskip("ctranslate2")
-    from hf_vanilla_transformer.engines import export
+    from hf_vanilla_transformer.inference.engines.exporting import export
 
     folder = export(model_dir, "ctranslate2", tmp_path / "ct2")
     translations = load_translator(folder).translate_n_best(SENTENCES, n_best=3)
@@ -311,7 +311,7 @@ def test_ctranslate2_aligns_with_the_same_attention_as_torch(model_dir, tmp_path
     """CTranslate2's attention for alignments (the export's layer, heads averaged, of forced prefixes)
     equals the PyTorch model's, word by word."""
     pytest.importorskip("ctranslate2")
-    from hf_vanilla_transformer.engines import export
+    from hf_vanilla_transformer.inference.engines.exporting import export
 
     folder = export(model_dir, "ctranslate2", tmp_path / "ct2")
     torch_side = load_translator(model_dir).translate_n_best(SENTENCES, n_best=2, alignments=True)

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow
 # Run in the unpacked wheel: where the package was imported from, and the default files it looks for.
 PROBE = """
 import json
-from hf_vanilla_transformer import chatbot, model_card
+from hf_vanilla_transformer.training import chatbot
+from hf_vanilla_transformer.hub import model_card
 print(json.dumps({
     "package": model_card.__file__,
     "cards": [str(model_card.CARD_TEMPLATE)],
@@ -49,13 +50,13 @@ def test_installed_wheel_finds_its_model_cards_and_chatbot_corpus(unpacked_wheel
     found = json.loads(probe.stdout.strip().splitlines()[-1])
     package = unpacked_wheel / "hf_vanilla_transformer"
     # The probe must have imported the wheel's copy, not the checkout this test runs from.
-    assert Path(found["package"]).parent == package
+    assert Path(found["package"]).parent == package / "hub"
     assert [Path(card).name for card in found["cards"]] == ["template.md"]
     for card in found["cards"]:
-        assert Path(card).parent == package / "model_cards"
+        assert Path(card).parent == package / "hub" / "model_cards"
         assert Path(card).read_bytes() == (REPO_ROOT / "model_cards" / Path(card).name).read_bytes()
     corpus = Path(found["corpus"])
-    assert corpus.parent == package / "chatbot_ko"
+    assert corpus.parent == package / "training" / "chatbot_ko"
     assert corpus.read_bytes() == (REPO_ROOT / "data" / "chatbot_ko" / corpus.name).read_bytes()
     # The corpus' MIT license must travel with every copy of it.
     assert (corpus.parent / "LICENSE").read_bytes() == (

@@ -9,14 +9,15 @@ import torch
 from conftest import REPO_ROOT, tiny_config
 from matplotlib import font_manager
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, plotting
-from hf_vanilla_transformer.chatbot import (
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.figures import plotting
+from hf_vanilla_transformer.training.chatbot import (
     ChatbotSettings,
     chatbot_generation_config,
     load_chatbot_pairs,
     train_chatbot,
 )
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
 
 MIN_PNG_BYTES = 10_000  # a blank or failed figure is a few kB
 

@@ -8,9 +8,9 @@ from conftest import REPO_ROOT
 from test_training import settings, write_corpus
 from tqdm.auto import tqdm
 
-from hf_vanilla_transformer import progress
-from hf_vanilla_transformer.presets import TRAINING_PRESETS
-from hf_vanilla_transformer.training import TrainingSettings, run_training
+from hf_vanilla_transformer.training import progress
+from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
 
 MULTI30K = REPO_ROOT / "data" / "multi30k"
 

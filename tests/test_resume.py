@@ -15,13 +15,14 @@ import torch
 from conftest import accelerate_cpu_launcher
 from test_training import settings, write_corpus
 
-from hf_vanilla_transformer import resume, training
-from hf_vanilla_transformer.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.commands import train as train_command
-from hf_vanilla_transformer.data import load_parallel_data, tokenize_pairs
-from hf_vanilla_transformer.presets import TRAINING_PRESETS
-from hf_vanilla_transformer.tokenization import load_tokenizer
-from hf_vanilla_transformer.training import TrainingSettings, run_training
+from hf_vanilla_transformer.common.tokenization import load_tokenizer
+from hf_vanilla_transformer.training import pipeline as training
+from hf_vanilla_transformer.training import resume
+from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
+from hf_vanilla_transformer.training.data import load_parallel_data, tokenize_pairs
+from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
 
 # What `accelerate launch` runs in every process: run_training on settings given as JSON.
 LAUNCHED = """
@@ -32,7 +33,7 @@ import sys
 import torch.distributed
 from torch.nn.parallel import DistributedDataParallel
 
-from hf_vanilla_transformer.training import TrainingSettings, run_training
+from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
 
 destroy_process_group = torch.distributed.destroy_process_group
 

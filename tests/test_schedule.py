@@ -6,7 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from hf_vanilla_transformer.schedule import build_paper_optimizer, cooldown_factor, get_noam_schedule, noam_lr
+from hf_vanilla_transformer.training.schedule import (
+    build_paper_optimizer,
+    cooldown_factor,
+    get_noam_schedule,
+    noam_lr,
+)
 
 
 def formula(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:

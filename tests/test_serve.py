@@ -30,7 +30,7 @@ pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
 pytest.importorskip("uvicorn", reason="not installed (pip install -e '.[serve]')")
 
-from hf_vanilla_transformer.engines import Translator, load_translator  # noqa: E402
+from hf_vanilla_transformer.inference.translator import Translator, load_translator  # noqa: E402
 from hf_vanilla_transformer.serving import ServerSettings, Timeouts, create_app, server_for  # noqa: E402
 
 KEY = "test-key-1"

@@ -37,7 +37,7 @@ libretranslatepy = pytest.importorskip("libretranslatepy", reason="not installed
 deep_translator = pytest.importorskip("deep_translator", reason="not installed (pip install -e '.[test]')")
 py3langid = pytest.importorskip("py3langid", reason="not installed (pip install -e '.[serve]')")
 
-from hf_vanilla_transformer.engines import Translator  # noqa: E402
+from hf_vanilla_transformer.inference.translator import Translator  # noqa: E402
 from hf_vanilla_transformer.serving import ApiKeys  # noqa: E402
 
 PARAGRAPH = "w1 w2 w3. w4 w5 w6 w7. w8 w9."

@@ -29,7 +29,7 @@ from test_serve import (  # noqa: F401 (the fixtures: every_error_has_one_shape 
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
 pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
 
-from hf_vanilla_transformer.engines import Translator  # noqa: E402
+from hf_vanilla_transformer.inference.translator import Translator  # noqa: E402
 from hf_vanilla_transformer.serving import Timeouts  # noqa: E402
 
 SHORT = Timeouts(header_s=1.0, body_s=1.5, keep_alive_s=5.0, shutdown_s=10.0)

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hf_vanilla_transformer import presets, resume
-from hf_vanilla_transformer.chatbot import ChatbotSettings
 from hf_vanilla_transformer.commands import chatbot as chatbot_command
 from hf_vanilla_transformer.commands import train as train_command
-from hf_vanilla_transformer.settings_schema import (
+from hf_vanilla_transformer.common.settings_schema import (
     add_arguments,
     check_settings,
     flag_name,
@@ -20,7 +18,9 @@ from hf_vanilla_transformer.settings_schema import (
     schema_values,
     setting,
 )
-from hf_vanilla_transformer.training import DEFAULT_EVALUATION, DEFAULT_TRAIN, TrainingSettings
+from hf_vanilla_transformer.training import presets, resume
+from hf_vanilla_transformer.training.chatbot import ChatbotSettings
+from hf_vanilla_transformer.training.pipeline import DEFAULT_EVALUATION, DEFAULT_TRAIN, TrainingSettings
 
 
 def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -208,16 +208,3 @@ def test_an_optional_copy_takes_every_setting_as_none() -> None:
 
 def test_the_default_data_is_declared_once() -> None:
     assert Path(DEFAULT_TRAIN).parent.name == "multi30k" and Path(DEFAULT_TRAIN).is_absolute()
-    with pytest.warns(DeprecationWarning, match="training.DEFAULT_TRAIN"):
-        assert train_command.DEFAULT_TRAIN is DEFAULT_TRAIN
-    with pytest.warns(DeprecationWarning, match="TrainingSettings"):
-        evaluation_set = train_command.evaluation_set
-    assert evaluation_set(None, "dev", DEFAULT_TRAIN) == DEFAULT_EVALUATION["dev"]
-    assert evaluation_set(None, "test", "corpus/train") is None
-    assert evaluation_set("none", "dev", DEFAULT_TRAIN) is None
-
-
-def test_the_chatbots_flag_table_is_deprecated() -> None:
-    with pytest.warns(DeprecationWarning, match="ChatbotSettings"):
-        table = chatbot_command.SETTING_FLAGS
-    assert table.keys() == {field.name for field in dataclasses.fields(ChatbotSettings)}

@@ -11,9 +11,9 @@ from conftest import REPO_ROOT
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from hf_vanilla_transformer.data import tokenize_pairs
-from hf_vanilla_transformer.subword_dropout import BpeDropout, SubwordDropoutDataset
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.training.data import tokenize_pairs
+from hf_vanilla_transformer.training.subword_dropout import BpeDropout, SubwordDropoutDataset
 
 
 def multi30k(split: str, lang: str, count: int) -> list[str]:

@@ -1,5 +1,5 @@
-"""The package's one line reader (`text_lines`), and its callers: the commands' input files (`cli`), the
-shortlist's training files (`export`) and the parallel data (`data`) read a file into the same lines."""
+"""The package's one line reader (`text_lines`), and its callers: the commands' input files (`cli`) and the
+parallel data (`data`) read a file into the same lines."""
 
 import gzip
 import io
@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from hf_vanilla_transformer import cli, data, export
-from hf_vanilla_transformer.text_lines import NotUTF8Error, iter_lines, line_chunks, read_lines
+from hf_vanilla_transformer.common import cli
+from hf_vanilla_transformer.common.text_lines import NotUTF8Error, iter_lines, line_chunks, read_lines
+from hf_vanilla_transformer.training import data
 
 TEXT = "\ufeffone\u2028still one\r\ntwo\n\nfour\r\n"
 LINES = ["one\u2028still one", "two", "", "four"]
@@ -55,6 +56,6 @@ def test_every_caller_reads_the_same_lines(tmp_path):
     path.write_bytes(TEXT.encode("utf-8"))
     gz = tmp_path / "text.en.gz"
     gz.write_bytes(gzip.compress(TEXT.encode("utf-8")))
-    assert cli.read_lines(path) == list(export.read_lines(path)) == LINES
+    assert cli.input_lines(str(path), "--input", cli.ArgumentParser()) == LINES
     for file in (path, gz):
         assert [line for _, lines in data._read_lines(file) for line in lines] == LINES

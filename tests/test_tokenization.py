@@ -6,7 +6,7 @@ import datasets
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from hf_vanilla_transformer.tokenization import load_tokenizer, train_shared_bpe_tokenizer
+from hf_vanilla_transformer.common.tokenization import load_tokenizer, train_shared_bpe_tokenizer
 
 MULTI30K = Path(__file__).resolve().parent.parent / "data" / "multi30k"
 

@@ -18,13 +18,14 @@ from conftest import REPO_ROOT, accelerate_cpu_launcher
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups, training
-from hf_vanilla_transformer.evaluation import corpus_bleu
-from hf_vanilla_transformer.presets import TRAINING_PRESETS
-from hf_vanilla_transformer.subword_dropout import SubwordDropoutDataset
-from hf_vanilla_transformer.training import TrainingSettings, run_training
-from hf_vanilla_transformer.translation import translate
-from hf_vanilla_transformer.tuning import DEFAULT_LENGTH_PENALTIES
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups
+from hf_vanilla_transformer.evaluation.metrics import corpus_bleu
+from hf_vanilla_transformer.evaluation.tuning import DEFAULT_LENGTH_PENALTIES
+from hf_vanilla_transformer.inference.translation import translate
+from hf_vanilla_transformer.training import pipeline as training
+from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.training.subword_dropout import SubwordDropoutDataset
 
 TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-override", "h=2",
         "--model-override", "d_ff=64", "--vocab-size", "300", "--max-tokens", "256",

@@ -5,7 +5,7 @@ import torch
 from conftest import tiny_model
 from torch import nn
 
-from hf_vanilla_transformer.translation import quantize_int8
+from hf_vanilla_transformer.inference.translation import quantize_int8
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
 
 

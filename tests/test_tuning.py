@@ -8,10 +8,10 @@ from conftest import tiny_model
 from transformers import GenerationConfig
 
 from hf_vanilla_transformer.commands.tune import main as tune_main
-from hf_vanilla_transformer.engines import load_translator
-from hf_vanilla_transformer.evaluation import corpus_bleu
-from hf_vanilla_transformer.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.tuning import DecodingChoice, save_decoding, search_decoding
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.evaluation.metrics import corpus_bleu
+from hf_vanilla_transformer.evaluation.tuning import DecodingChoice, save_decoding, search_decoding
+from hf_vanilla_transformer.inference.translator import load_translator
 
 REFERENCES = [
     "Ein Hund rennt durch den grünen Park am Morgen .",

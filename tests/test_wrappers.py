@@ -10,8 +10,8 @@ from conftest import tiny_model
 from transformers.cache_utils import DynamicCache
 from transformers.generation import GenerationMixin
 
-from hf_vanilla_transformer import loss as training_loss
 from hf_vanilla_transformer.generation_vanilla_transformer import PaperDecodingMixin
+from hf_vanilla_transformer.training import loss as training_loss
 
 
 def random_batch(batch: int = 3, src_len: int = 9, tgt_len: int = 7, vocab: int = 64, seed: int = 1):

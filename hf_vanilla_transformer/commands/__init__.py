@@ -6,7 +6,7 @@ import importlib
 import sys
 from types import ModuleType
 
-from ..cli import ArgumentParser, run_command
+from ..common.cli import ArgumentParser, run_command
 
 PROG = "vanilla-transformer"
 DESCRIPTION = """Train, use and publish the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).

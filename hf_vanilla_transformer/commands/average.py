@@ -7,8 +7,8 @@ average the last 5 checkpoints, the big models the last 20).
 
 import argparse
 
-from ..averaging import average_checkpoints, last_checkpoints
-from ..cli import ArgumentParser, check_writable, positive_int, run_command
+from ..common.cli import ArgumentParser, check_writable, positive_int, run_command
+from ..training.averaging import average_checkpoints, last_checkpoints
 
 DEFAULT_LAST = 5
 

@@ -11,12 +11,18 @@ folder that AutoModelForSeq2SeqLM and AutoTokenizer load (after `import hf_vanil
 """
 
 import argparse
-import dataclasses
-import warnings
 from pathlib import Path
-from typing import Any
 
-from ..chatbot import (
+from ..common.cli import (
+    ArgumentParser,
+    check_writable,
+    non_negative_int,
+    positive_int,
+    refusals_in_one_line,
+    run_command,
+)
+from ..common.settings_schema import add_arguments, schema_values
+from ..training.chatbot import (
     DEFAULT_DATA,
     SAMPLE_QUESTIONS,
     ChatbotSettings,
@@ -27,15 +33,6 @@ from ..chatbot import (
     read_chatbot_settings,
     train_chatbot,
 )
-from ..cli import (
-    ArgumentParser,
-    check_writable,
-    non_negative_int,
-    positive_int,
-    refusals_in_one_line,
-    run_command,
-)
-from ..settings_schema import add_arguments, schema_values
 
 MODEL_HELP = "folder of a trained chatbot"
 
@@ -139,17 +136,3 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer chatbot ARGV`."""
     return run_command(run, build_parser(), argv)
-
-
-def __getattr__(name: str) -> Any:
-    """`SETTING_FLAGS` (each setting's check and help), now declared in `ChatbotSettings`'s fields, with a
-    DeprecationWarning."""
-    if name != "SETTING_FLAGS":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(
-        "commands.chatbot.SETTING_FLAGS is deprecated: each flag's check and help are the metadata of "
-        "ChatbotSettings's fields (hf_vanilla_transformer.settings_schema).",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return {f.name: (f.metadata["check"], f.metadata["help"]) for f in dataclasses.fields(ChatbotSettings)}

@@ -14,7 +14,7 @@ and does not do; read it. docs/converting.md has the details.
 import argparse
 from pathlib import Path
 
-from ..cli import ArgumentParser, check_writable, run_command
+from ..common.cli import ArgumentParser, check_writable, run_command
 from ..conversion import ConversionError, convert_fairseq_checkpoint, convert_marian_folder
 
 

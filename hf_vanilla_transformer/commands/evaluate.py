@@ -15,8 +15,15 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import ArgumentParser, input_lines, non_negative_int, run_command
-from ..evaluation import BleuResult, MetricResult, corpus_bleu, corpus_chrf, corpus_ter, tokenized_bleu
+from ..common.cli import ArgumentParser, input_lines, non_negative_int, run_command
+from ..evaluation.metrics import (
+    BleuResult,
+    MetricResult,
+    corpus_bleu,
+    corpus_chrf,
+    corpus_ter,
+    tokenized_bleu,
+)
 
 METRICS = ("bleu", "chrf", "ter")
 DEFAULT_METRICS = ["bleu", "chrf"]

@@ -10,15 +10,18 @@ The folder holds the model in the engine's format, its tokenizer(s) and the mode
 (for this package's models, the paper's: beam 4, GNMT length penalty, output up to input length + 50, with
 the alpha chosen on the dev set where one was).
 `vanilla-transformer translate --model OUT` translates with it, as does
-`hf_vanilla_transformer.engines.load_translator(OUT)`; docs/export.md says what each engine reproduces of
+`hf_vanilla_transformer.inference.load_translator(OUT)`; docs/export.md says what each engine reproduces of
 the PyTorch model's decoding.
 """
 
 import argparse
 
-from ..cli import ArgumentParser, check_writable, positive_int, run_command
-from ..engines import EXPORT_TARGETS, export
-from ..export import CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHORTLIST_SIZE, ExportError
+from ..common.cli import ArgumentParser, check_writable, positive_int, run_command
+from ..inference.engines.ctranslate2_export import CTRANSLATE2_QUANTIZATIONS
+from ..inference.engines.export_common import ExportError
+from ..inference.engines.exporting import export
+from ..inference.engines.registry import EXPORT_TARGETS
+from ..inference.shortlist import DEFAULT_SHORTLIST_SIZE
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:

@@ -20,10 +20,10 @@ from huggingface_hub.errors import HfHubHTTPError
 # huggingface_hub's HTTP client, under the name it exports across its major versions.
 from huggingface_hub.utils import httpx
 
-from ..cli import ArgumentParser, run_command
-from ..export import CTRANSLATE2_QUANTIZATIONS
-from ..hub import DEFAULT_MAX_SHARD_SIZE, push_model
-from ..model_card import CardTemplateError
+from ..common.cli import ArgumentParser, run_command
+from ..hub.model_card import CardTemplateError
+from ..hub.publishing import DEFAULT_MAX_SHARD_SIZE, push_model
+from ..inference.engines.ctranslate2_export import CTRANSLATE2_QUANTIZATIONS
 
 # Answers that mean the token is missing, invalid, or may not write to the repo.
 AUTH_STATUSES = {401: "Unauthorized", 403: "Forbidden"}

@@ -17,9 +17,15 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from .. import text_lines
-from ..cli import ArgumentParser, check_writable, positive_int, refusals_in_one_line, run_command
-from ..scoring import PairScore, check_pairs, score_pairs
+from ..common.cli import (
+    ArgumentParser,
+    check_writable,
+    input_lines,
+    positive_int,
+    refusals_in_one_line,
+    run_command,
+)
+from ..inference.scoring import PairScore, check_pairs, score_pairs
 from .translate import add_engine_arguments, command_engine, load_command_translator
 
 STANDARD_STREAM = "-"
@@ -45,19 +51,6 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     return parser
 
 
-def _lines(path: str, flag: str, parser: ArgumentParser) -> list[str]:
-    """The lines of the text file `flag` names; a missing file, a folder, or text that is not UTF-8 (named
-    by its line) is the parser's one-line error."""
-    if Path(path).is_dir():
-        parser.error(f"{flag} {path} is a folder: give a text file with one sentence a line.")
-    if not Path(path).is_file():
-        parser.error(f"{flag} {path}: no such file; give a text file with one sentence a line.")
-    try:
-        return text_lines.read_lines(path)
-    except text_lines.NotUTF8Error as error:
-        parser.error(f"{flag} {error}")
-
-
 def _format(score: PairScore, output_format: str) -> str:
     if output_format == "jsonl":
         return json.dumps(score.to_dict(), ensure_ascii=False)
@@ -77,8 +70,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
                 parser.error(
                     f"--output {args.output} is also {flag}: the scores would replace it; give another file."
                 )
-    sources = _lines(args.source, "--source", parser)
-    targets = _lines(args.target, "--target", parser)
+    sources = input_lines(args.source, "--source", parser)
+    targets = input_lines(args.target, "--target", parser)
     if len(sources) != len(targets):
         parser.error(
             f"--source {args.source} has {len(sources)} lines but --target {args.target} has {len(targets)}: "

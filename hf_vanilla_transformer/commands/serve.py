@@ -13,7 +13,7 @@ are answered (--shutdown-timeout at most), with exit status 0. docs/serve.md sho
 import argparse
 import importlib.util
 
-from ..cli import (
+from ..common.cli import (
     ArgumentParser,
     non_negative_float,
     positive_float,

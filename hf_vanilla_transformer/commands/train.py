@@ -18,18 +18,15 @@ import dataclasses
 import math
 import textwrap
 import typing
-import warnings
 from typing import Any
 
-from .. import training
-from ..cli import ArgumentParser, check_writable, refusals_in_one_line, run_command
+from ..common.cli import ArgumentParser, check_writable, refusals_in_one_line, run_command
+from ..common.settings_schema import add_arguments, flag_name, schema_values
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
-from ..settings_schema import add_arguments, flag_name, schema_values
-from ..training import REPORT_TO, SET_BY_THE_RUN, TrainingSettings, installed_trackers, run_training
+from ..training.pipeline import SET_BY_THE_RUN, TrainingSettings, run_training
+from ..training.presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
 
-# What --report-to takes, and which of those trackers are installed, where the command's callers find them.
-__all__ = ["REPORT_TO", "build_parser", "installed_trackers", "main", "parse_args", "run"]
+__all__ = ["build_parser", "main", "parse_args", "run"]
 
 # Settings that hold a word (the config checks which words); the others take numbers, true/false or null.
 WORD_FIELDS = {field.name for field in dataclasses.fields(VanillaTransformerConfig) if field.type is str}
@@ -138,28 +135,3 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer train ARGV`."""
     return run_command(run, build_parser(), argv)
-
-
-# Names this module had before the Multi30k defaults and the dev/test rule moved into `training`.
-_MOVED_TO_TRAINING = ("MULTI30K", "DEFAULT_TRAIN", "DEFAULT_EVALUATION", "NONE")
-
-
-def _evaluation_set(given: str | None, split: str, train: str) -> str | None:
-    """The dev or test set that `TrainingSettings` takes for `given` (None: not given)."""
-    settings = TrainingSettings(
-        output_dir=".", train=train, **{split: training.AUTO if given is None else given}
-    )
-    return getattr(settings, split)
-
-
-def __getattr__(name: str) -> Any:
-    """The moved names, with a DeprecationWarning that says where they are now."""
-    if name in _MOVED_TO_TRAINING or name == "evaluation_set":
-        where = "TrainingSettings(dev=..., test=...)" if name == "evaluation_set" else f"training.{name}"
-        warnings.warn(
-            f"commands.train.{name} is deprecated: use hf_vanilla_transformer.{where}.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _evaluation_set if name == "evaluation_set" else getattr(training, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,7 @@ from typing import BinaryIO, TextIO
 import torch
 from tqdm.auto import tqdm
 
-from ..cli import (
+from ..common.cli import (
     ArgumentParser,
     check_writable,
     finite_float,
@@ -37,19 +37,14 @@ from ..cli import (
     refusals_in_one_line,
     run_command,
 )
-from ..engines import (
-    CTRANSLATE2_COMPUTE_TYPES,
-    ENGINES,
-    Engine,
-    Translator,
-    detect_engine,
-    get_engine,
-    load_translator,
-)
-from ..hypotheses import OUTPUT_FORMATS, format_translation
-from ..sentence_splitting import SPLITTER_LANGUAGES
-from ..text_lines import NotUTF8Error, arriving_chunks, count_lines
-from ..translation import quantize_int8, seed_sampling
+from ..common.text_lines import NotUTF8Error, arriving_chunks, count_lines
+from ..inference.engines.base import Engine, detect_engine
+from ..inference.engines.ctranslate2 import CTRANSLATE2_COMPUTE_TYPES
+from ..inference.engines.registry import ENGINES, get_engine
+from ..inference.hypotheses import OUTPUT_FORMATS, format_translation
+from ..inference.sentence_splitting import SPLITTER_LANGUAGES
+from ..inference.translation import quantize_int8, seed_sampling
+from ..inference.translator import Translator, load_translator
 
 STANDARD_STREAM = "-"
 DEVICES = ("auto", "cpu", "cuda")

@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from ..cli import (
+from ..common.cli import (
     ArgumentParser,
     input_lines,
     non_negative_float,
@@ -22,13 +22,14 @@ from ..cli import (
     refusals_in_one_line,
     run_command,
 )
-from ..engines import detect_engine, load_translator
-from ..tuning import (
+from ..evaluation.tuning import (
     DEFAULT_LENGTH_PENALTIES,
     generation_config_file,
     save_decoding,
     search_decoding,
 )
+from ..inference.engines.base import detect_engine
+from ..inference.translator import load_translator
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:

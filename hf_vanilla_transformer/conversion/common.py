@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from ..model_location import remove_model_descriptions
+from ..common.model_location import remove_model_descriptions
+from ..common.tokenization import TOKENIZER_FILES
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..tokenization import TOKENIZER_FILES
 from ..translation_pipeline import TARGET_TOKENIZER_DIR
 
 # The BPE files fairseq's hub loader picks up next to a translation model.

@@ -37,9 +37,10 @@ from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import sentence_splitting, text_lines
-from ..engines import Translator
-from ..hypotheses import Translation
+from ..common import text_lines
+from ..inference import sentence_splitting
+from ..inference.hypotheses import Translation
+from ..inference.translator import Translator
 from .batcher import Batcher, Decode, Options, QueueFull
 from .detection import LanguageDetector
 from .fields import FORM, MULTIPART, ClientGone, Fields, read_fields

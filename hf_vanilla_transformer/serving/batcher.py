@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..hypotheses import Translation
+from ..inference.hypotheses import Translation
 
 logger = logging.getLogger(__name__)
 

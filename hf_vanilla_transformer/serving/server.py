@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..model_location import RESULTS_FILE, read_json_object
+from ..common.model_location import RESULTS_FILE, read_json_object
 
 LOOPBACK_HOSTS = ("localhost",)
 # Seconds a refused client has to read its answer before the connection closes.
