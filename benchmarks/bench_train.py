@@ -92,6 +92,7 @@ from hf_vanilla_transformer import (
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer  # noqa: E402
 from hf_vanilla_transformer.training import loss as training_loss
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
+from hf_vanilla_transformer.training.length_buckets import pad_to_buckets  # noqa: E402
 from hf_vanilla_transformer.training.pipeline import cpu_bf16_training  # noqa: E402
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
 
@@ -292,10 +293,10 @@ def bench_variants(
     """Times each (model, mode) variant on a pass over the batches of `shapes`, every round, in alternating
     order, after `--warmup` untimed rounds; then measures its memory over one more pass."""
     device = args.device
-    batches = [
-        {key: value.to(device) for key, value in padded_batch(size, shape, seed).items()}
-        for seed, shape in enumerate(shapes)
-    ]
+    batches = [padded_batch(size, shape, seed) for seed, shape in enumerate(shapes)]
+    if args.length_buckets:
+        batches = [pad_to_buckets(batch, size.vocab - 1) for batch in batches]
+    batches = [{key: value.to(device) for key, value in batch.items()} for batch in batches]
     tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
     flops = sum(
         3 * forward_flops(size, *batch["input_ids"].shape, batch["labels"].shape[1]) for batch in batches
@@ -552,6 +553,11 @@ def main(argv: list[str] | None = None) -> dict:
         "--data-copies", type=int, default=100, help="--data: copies of the pairs (see above)"
     )
     parser.add_argument("--max-steps", type=int, default=32, help="--data: batches a round")
+    parser.add_argument(
+        "--length-buckets",
+        action="store_true",
+        help="pad each batch up to its lengths' buckets, as train --length-buckets does",
+    )
     parser.add_argument("--presets", nargs="+", default=[], choices=sorted(PAPER_STEPS), help="ours only")
     parser.add_argument(
         "--preset-vocab", type=int, default=37000, help="--presets: vocabulary (paper: 37000)"

@@ -74,6 +74,7 @@ from .backtranslation import (
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
+from .length_buckets import BucketPadding
 from .loss import LabelSmoothedSeq2SeqTrainer
 from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
 from .progress import DevLossCallback, TrainingClock, show_progress_lines, use_progress_bar
@@ -770,7 +771,7 @@ def _build_trainer(
         args=_arguments(run, accumulation, has_dev=data.dev_dataset is not None),
         train_dataset=data.train_dataset,
         eval_dataset=data.dev_dataset,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        data_collator=_collator(recipe, tokenizer, model),
         processing_class=tokenizer,
         optimizers=(optimizer, scheduler),
         compute_metrics=partial(_dev_bleu, tokenizer) if settings.eval_bleu else None,
@@ -783,6 +784,16 @@ def _build_trainer(
     )
     use_progress_bar(trainer, clock)
     return trainer
+
+
+def _collator(
+    recipe: TrainingPreset,
+    tokenizer: PreTrainedTokenizerBase,
+    model: VanillaTransformerForConditionalGeneration,
+) -> DataCollatorForSeq2Seq | BucketPadding:
+    """The pairs padded into batches: to each batch's longest, or up to its length's bucket."""
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    return BucketPadding(collator, tokenizer.pad_token_id) if recipe.length_buckets else collator
 
 
 def _arguments(run: _Run, accumulation: int, has_dev: bool) -> Seq2SeqTrainingArguments:
@@ -812,6 +823,7 @@ def _arguments(run: _Run, accumulation: int, has_dev: bool) -> Seq2SeqTrainingAr
         # dataset resegmented each epoch must reach them anew with the epoch that the Trainer sets.
         dataloader_persistent_workers=workers > 0 and recipe.subword_dropout == 0,
         ddp_find_unused_parameters=False,
+        torch_compile=recipe.compile,
         predict_with_generate=settings.eval_bleu,
         generation_num_beams=settings.num_beams,
         # Early stopping: the best dev evaluation's checkpoint is kept, and loaded when training ends.

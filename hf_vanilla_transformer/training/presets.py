@@ -83,6 +83,19 @@ class TrainingPreset:
     max_length: int = setting(
         256, "longest pair side in tokens (default: the preset's)", check=positive_int, group=DATA
     )
+    length_buckets: bool = setting(
+        False,
+        "pad each batch's source and target up to a few bucket lengths (multiples of 8, 16, 32, 64), so that "
+        "a compiled step sees a handful of shapes; --no-length-buckets: pad to the longest (default: the "
+        "preset's)",
+        group=TRAINING,
+    )
+    compile: bool = setting(
+        False,
+        "torch.compile the model for training (with --length-buckets on token-budget batches); "
+        "--no-compile: eager (default: the preset's)",
+        group=TRAINING,
+    )
     max_minutes: float | None = setting(
         None, "stop after this much training time", check=positive_float, group=TRAINING
     )

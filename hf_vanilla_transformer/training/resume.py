@@ -140,6 +140,9 @@ _MAY_CHANGE_ON_RESUME = frozenset(
         "average_checkpoints",
         "eval_steps",
         "tune_length_penalty",
+        # How the step runs, not what it computes: padding to buckets is masked, compiling changes rounding.
+        "length_buckets",
+        "compile",
     )
 )
 
@@ -149,7 +152,13 @@ _MAY_CHANGE_ON_RESUME = frozenset(
 _NOT_THE_RECIPE = frozenset(("model_preset", "model_overrides", "vocab_size"))
 
 # Recipe fields that a run folder's record may lack, with the value every such run trained with.
-_RECIPE_DEFAULTS = {"weight_decay": 0.0, "cooldown_steps": 0, "subword_dropout": 0.0}
+_RECIPE_DEFAULTS = {
+    "weight_decay": 0.0,
+    "cooldown_steps": 0,
+    "subword_dropout": 0.0,
+    "length_buckets": False,
+    "compile": False,
+}
 
 
 def recipe_record(preset: str, seed: int, recipe: TrainingPreset, world_size: int) -> dict[str, Any]:
