@@ -2,6 +2,8 @@
 (/dev/full) ends with one line on standard error and exit status 1, and a reader that goes away (`| head
 -1`) ends the command silently with status 141, as it ends a Unix tool; never a traceback."""
 
+import fcntl
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +12,11 @@ import pytest
 from test_export import train_reverse_model
 
 COMMAND = [sys.executable, "-m", "hf_vanilla_transformer"]
-pytestmark = pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+PIPE_BYTES = 4096
+pytestmark = [
+    pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system"),
+    pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="pipe sizes are not settable here"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +26,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def text(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Enough lines that their translations outgrow any buffer before the command ends."""
+    """Enough lines that their translations or scores (tens of kB) outgrow a one-page pipe and what `head`
+    reads at once, so that the command is still writing when its reader goes away."""
     path = tmp_path_factory.mktemp("text") / "source.txt"
     path.write_text("w1 w2 w3 w4\n" * 3000, encoding="utf-8")
     return path
@@ -55,11 +62,15 @@ def test_a_full_disk_ends_with_one_line_and_status_1(
 @pytest.mark.parametrize("command", ["translate", "score"])
 def test_a_closed_pipe_ends_silently(model_dir: Path, text: Path, command: str) -> None:
     """`COMMAND | head -1`: head reads one line and exits; the command stops without a word."""
+    read_end, write_end = os.pipe()
+    # One page, not Linux's 64 KiB default, which could hold all the scores before head has read a line.
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     producer = subprocess.Popen(
-        COMMAND + arguments(command, model_dir, text), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        COMMAND + arguments(command, model_dir, text), stdout=write_end, stderr=subprocess.PIPE
     )
-    reader = subprocess.run(["head", "-1"], stdin=producer.stdout, capture_output=True, timeout=300)
-    producer.stdout.close()  # head holds the only read end: once it exits, the pipe has no reader
+    os.close(write_end)  # the producer holds the only write end
+    reader = subprocess.run(["head", "-1"], stdin=read_end, capture_output=True, timeout=300)
+    os.close(read_end)  # head held the only other read end: once it exits, the pipe has no reader
     _, stderr = producer.communicate(timeout=300)
     assert reader.returncode == 0 and len(reader.stdout.splitlines()) == 1
     assert producer.returncode == 141, stderr.decode()
