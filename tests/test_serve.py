@@ -31,7 +31,15 @@ httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[te
 pytest.importorskip("uvicorn", reason="not installed (pip install -e '.[serve]')")
 
 from hf_vanilla_transformer.inference.translator import Translator, load_translator  # noqa: E402
-from hf_vanilla_transformer.serving import ServerSettings, Timeouts, create_app, server_for  # noqa: E402
+from hf_vanilla_transformer.serving import (  # noqa: E402
+    ApiKeys,
+    Refusal,
+    RequestRate,
+    ServerSettings,
+    Timeouts,
+    create_app,
+    server_for,
+)
 
 KEY = "test-key-1"
 SENTENCES = ["w1 w2 w3", "w4 w5 w6 w7", "w8 w9", "w10 w11 w12 w13 w14", "w15 w0 w3", "w2 w2 w7 w9", "w6"]
@@ -375,6 +383,105 @@ def test_api_keys_401_when_missing_403_when_wrong(server: str) -> None:
     bearer = {"Authorization": "Bearer another-key"}
     assert httpx.post(f"{server}/translate", json=body, headers=bearer, timeout=60).status_code == 200
     assert httpx.get(f"{server}/health", timeout=10).status_code == 200  # no key needed to ask if it runs
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def refused_after(rate: RequestRate, client: str) -> int | None:
+    """The Retry-After of `rate` refusing a request of `client`, or None if it counts the request."""
+    try:
+        rate.check(client)
+    except Refusal as refusal:
+        assert refusal.status == 429 and refusal.limit == "req_limit" and refusal.value == rate.per_minute
+        return refusal.retry_after
+    return None
+
+
+# Requests a minute: the whole seconds until a token is back after a full bucket is spent, 60/N rounded up.
+RETRY_AFTER = {1: 60, 3: 20, 7: 9, 60: 1, 1000: 1}
+
+
+@pytest.mark.parametrize("per_minute", RETRY_AFTER)
+def test_a_request_rate_lets_a_full_bucket_through_at_once_then_one_every_60_over_n_seconds(
+    per_minute: int,
+) -> None:
+    clock = Clock()
+    rate = RequestRate(per_minute, clock=clock)
+    assert [refused_after(rate, "a") for _ in range(per_minute)] == [None] * per_minute
+    assert refused_after(rate, "a") == RETRY_AFTER[per_minute]
+    assert refused_after(rate, "b") is None  # each client has its own bucket
+    interval = 60 / per_minute
+    clock.now += interval * 0.99
+    assert refused_after(rate, "a") is not None
+    clock.now += interval * 0.01
+    assert refused_after(rate, "a") is None and refused_after(rate, "a") is not None
+    clock.now += 3600  # an idle hour refills the bucket, and no more than the bucket
+    answers = [refused_after(rate, "a") for _ in range(per_minute + 1)]
+    assert answers[:-1] == [None] * per_minute and answers[-1] == RETRY_AFTER[per_minute]
+
+
+def test_a_request_rate_forgets_the_clients_whose_buckets_are_full_again() -> None:
+    clock = Clock()
+    rate = RequestRate(2, clock=clock)
+    for client in range(RequestRate.FORGET_ABOVE):
+        rate.check(f"old {client}")
+    clock.now += 30  # their buckets are full again
+    rate.check("new 1")
+    rate.check("new 2")
+    assert rate.clients == 2
+    assert refused_after(rate, "new 1") is None and refused_after(rate, "new 1") is not None
+
+
+def test_a_request_rate_of_less_than_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        RequestRate(0)
+
+
+def test_a_client_over_its_request_rate_is_answered_429_with_retry_after(translator: Translator) -> None:
+    body = {"q": "w1 w2", "source": "en", "target": "de"}
+    with in_process(translator, requests_per_minute=2) as server:
+        assert [post(server.url, "/translate", body).status_code for _ in range(2)] == [200, 200]
+        refused = post(server.url, "/v1/translate", body)
+        assert refused.status_code == 429 and refused.json()["limit"] == "req_limit"
+        assert refused.json()["value"] == 2 and 1 <= int(refused.headers["Retry-After"]) <= 30
+        assert post(server.url, "/detect", {"q": "w1"}).status_code == 429  # detection counts too
+        assert httpx.get(f"{server.url}/languages", timeout=10).status_code == 200  # reading is free
+        # Another address of this machine is another client.
+        other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60)
+        with other:
+            answer = other.post(f"{server.url}/translate", json=body)
+        assert (
+            answer.status_code == 200
+            and answer.json()["translatedText"] == alone(translator, "w1 w2")[0].text
+        )
+        info = httpx.get(f"{server.url}/v1/info", timeout=10).json()
+        assert info["limits"]["requests_per_minute"] == 2
+
+
+def test_with_api_keys_each_key_has_its_own_request_rate(translator: Translator) -> None:
+    body = {"q": "w1", "source": "en", "target": "de"}
+    with in_process(
+        translator, api_keys=ApiKeys(frozenset({"key-a", "key-b"})), requests_per_minute=1
+    ) as server:
+        assert post(server.url, "/translate", body, key="key-a").status_code == 200
+        assert post(server.url, "/translate", body, key="key-a").status_code == 429
+        assert post(server.url, "/translate", body, key="key-b").status_code == 200
+        assert post(server.url, "/translate", body, key="made-up").status_code == 403
+
+
+def test_without_api_keys_a_made_up_key_gives_no_fresh_requests(translator: Translator) -> None:
+    body = {"q": "w1", "source": "en", "target": "de"}
+    with in_process(translator, requests_per_minute=1) as server:
+        assert post(server.url, "/translate", body, key="first").status_code == 200
+        assert post(server.url, "/translate", body, key="second").status_code == 429
 
 
 def test_the_server_listens_on_loopback_only_by_default(model_dir: Path) -> None:

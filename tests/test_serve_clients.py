@@ -310,13 +310,19 @@ def test_frontend_settings_has_the_fields_libretranslates_page_reads(server: tup
 
 
 def test_the_command_takes_libretranslates_limit_flags(model_dir: Path) -> None:
-    process, url = start_command(model_dir, "--char-limit", "20", "--batch-limit", "2")
+    process, url = start_command(model_dir, "--char-limit", "20", "--batch-limit", "2", "--req-limit", "3")
     try:
         over = checked(httpx.post(f"{url}/translate", json={"q": "w1 " * 10, "source": "en", "target": "de"}))
         assert over.status_code == 413 and over.json()["limit"] == "max_characters"
         many = checked(httpx.post(f"{url}/translate", json={"q": ["w1"] * 3, "source": "en", "target": "de"}))
         assert many.status_code == 413 and many.json()["limit"] == "max_segments"
         assert checked(httpx.get(f"{url}/frontend/settings")).json()["charLimit"] == 20
+        # Two requests of three this minute are spent above, refused or not.
+        one = {"q": "w1", "source": "en", "target": "de"}
+        assert checked(httpx.post(f"{url}/translate", json=one)).status_code == 200
+        over_rate = checked(httpx.post(f"{url}/translate", json=one))
+        assert over_rate.status_code == 429 and over_rate.json()["limit"] == "req_limit"
+        assert 10 <= int(over_rate.headers["Retry-After"]) <= 20  # 60 s / 3, less the time the four took
     finally:
         process.terminate()
         process.communicate(timeout=60)

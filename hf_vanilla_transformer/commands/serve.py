@@ -77,6 +77,15 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         help="texts (segments) a request holds at most",
     )
     parser.add_argument(
+        "--req-limit",
+        dest="requests_per_minute",
+        type=positive_int,
+        help="requests a minute each client may send to translate or detect, as LibreTranslate's "
+        "--req-limit: that many at once, then one every 60/N seconds; more are answered 429 with "
+        "Retry-After. A client is its API key where --api-keys is given, else its address (default: no "
+        "limit)",
+    )
+    parser.add_argument(
         "--header-timeout",
         type=positive_float,
         default=10.0,
@@ -158,6 +167,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         max_queue=args.max_queue,
         batching=not args.no_batching,
         cors=cors,
+        requests_per_minute=args.requests_per_minute,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     log = logging.getLogger(__name__)

@@ -1,13 +1,14 @@
 """Serving translations over HTTP: LibreTranslate's API and a native one with scores and alignments,
 parameters read wherever a client puts them (`fields`), fair batching across requests (`batcher`),
-per-request limits and API keys (`limits`), language detection (`detection`), translated files kept for
-download (`files`), cross-origin access (`middleware`), a web page that shows the attention (`static/`),
-and the uvicorn server with its timeouts (`server`). Needs the `serve` extra: pip install -e '.[serve]'.
+per-request limits, API keys and request rates (`limits`), language detection (`detection`), translated
+files kept for download (`files`), cross-origin access (`middleware`), a web page that shows the attention
+(`static/`), and the uvicorn server with its timeouts (`server`). Needs the `serve` extra: pip install -e
+'.[serve]'.
 """
 
 from .app import ServerSettings, create_app, translator_decode
 from .batcher import Batcher, QueueFull
-from .limits import ApiKeys, Limits, Refusal, read_api_keys
+from .limits import ApiKeys, Limits, Refusal, RequestRate, read_api_keys
 from .middleware import parse_origins
 from .server import Timeouts, check_port, is_loopback, recorded_languages, server_for
 
@@ -17,6 +18,7 @@ __all__ = [
     "Limits",
     "QueueFull",
     "Refusal",
+    "RequestRate",
     "ServerSettings",
     "Timeouts",
     "check_port",

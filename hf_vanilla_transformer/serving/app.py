@@ -16,8 +16,9 @@ key is needed), `GET /v1/stats` (what the batches held), the page at `/` and the
 Every error is JSON, {"error": ...}: 400 for a value out of range or a language pair or format the server
 lacks, 401/403 for a missing/wrong API key, 404 for no such endpoint or file, 405 for a method an endpoint
 does not take, 413 for a request over a size limit, 422 for a body that is not what its type says or a
-field of the wrong type, 501 for detection without its library, 503 with Retry-After when the queue is
-full. The protocol (`server`) adds 400 for a malformed request and 408 for one sent too slowly.
+field of the wrong type, 429 with Retry-After for a client over its request rate, 501 for detection
+without its library, 503 with Retry-After when the queue is full. The protocol (`server`) adds 400 for a
+malformed request and 408 for one sent too slowly.
 """
 
 import asyncio
@@ -45,7 +46,7 @@ from .batcher import Batcher, Decode, Options, QueueFull
 from .detection import LanguageDetector
 from .fields import FORM, MULTIPART, ClientGone, Fields, read_fields
 from .files import TranslatedFiles
-from .limits import ApiKeys, Limits, Refusal
+from .limits import ApiKeys, Limits, Refusal, RequestRate
 from .middleware import AnswerWhenStopped, Cors
 from .schemas import DetectRequest, LibreTranslateRequest, TranslateFileRequest, TranslateRequest
 
@@ -64,8 +65,9 @@ class ServerSettings:
     """How the server translates and what it accepts: the model's language pair, the per-request
     `limits`, the `api_keys` (none: open), the batching (`max_batch_tokens` source tokens a batch,
     padding included, `max_wait_ms` a batch waits for more requests, `max_queue` requests waiting,
-    `batching` off to run one request a batch), and the `cors` origins whose pages may call it ("*": any;
-    none: only pages it serves itself)."""
+    `batching` off to run one request a batch), the `cors` origins whose pages may call it ("*": any;
+    none: only pages it serves itself), and the `requests_per_minute` each client may send to the
+    endpoints that translate or detect (none: no limit; see `RequestRate`)."""
 
     source_lang: str
     target_lang: str
@@ -76,6 +78,7 @@ class ServerSettings:
     max_queue: int = 256
     batching: bool = True
     cors: frozenset[str] = frozenset()
+    requests_per_minute: int | None = None
 
 
 def translator_decode(translator: Translator) -> Decode:
@@ -109,6 +112,14 @@ def api_key(request: Request, data: dict[str, Any]) -> str | None:
         return authorization[7:].strip()
     key = request.headers.get("x-api-key") or data.get("api_key")
     return key if isinstance(key, str) else None
+
+
+def client_name(request: Request, key: str | None) -> str:
+    """Who sends `request`, for its request rate: the API `key` it was let in with, else its address (behind
+    a reverse proxy on this machine, the address the proxy names in X-Forwarded-For, as uvicorn reads it)."""
+    if key is not None:
+        return f"key {key}"
+    return f"address {request.client.host if request.client else 'unknown'}"
 
 
 async def _disconnected(request: Request) -> None:
@@ -149,6 +160,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         batching=settings.batching,
     )
     detector = LanguageDetector.load()
+    rate = RequestRate(settings.requests_per_minute) if settings.requests_per_minute else None
     files = TranslatedFiles()
     splittable = settings.source_lang in sentence_splitting.SPLITTER_LANGUAGES
 
@@ -168,8 +180,12 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
 
     @app.exception_handler(Refusal)
     async def refused(request: Request, error: Refusal) -> JSONResponse:
-        # A body refused for its size may still be arriving: the connection cannot carry another request.
-        headers = {"Connection": "close"} if error.status == 413 else None
+        headers = {}
+        if error.status == 413:
+            # A body refused for its size may still be arriving: the connection cannot carry another one.
+            headers["Connection"] = "close"
+        if error.retry_after is not None:
+            headers["Retry-After"] = str(error.retry_after)
         return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -280,7 +296,11 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
 
     async def authorized_fields(request: Request) -> Fields:
         fields = await read_fields(request, settings.limits.max_body_bytes)
-        settings.api_keys.check(api_key(request, fields.values))
+        key = api_key(request, fields.values)
+        settings.api_keys.check(key)
+        if rate is not None:
+            # A key counts only where the server checks keys: made-up keys would give a client fresh tokens.
+            rate.check(client_name(request, key if settings.api_keys.keys else None))
         return fields
 
     @app.post(
@@ -439,6 +459,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
                 "max_segments": settings.limits.max_segments,
                 "max_alternatives": settings.limits.max_alternatives,
                 "max_body_bytes": settings.limits.max_body_bytes,
+                "requests_per_minute": settings.requests_per_minute,
             },
             "batching": {
                 "enabled": settings.batching,
