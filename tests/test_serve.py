@@ -246,6 +246,23 @@ def test_libretranslate_alternatives_are_the_beams_next_best(server: str, transl
     }
 
 
+def test_libretranslate_translates_each_line_sentence_by_sentence_as_argos_translate_does(
+    server: str, translator: Translator
+) -> None:
+    """LibreTranslate's engine translates each line of a text, and each sentence of a line, by itself; its
+    k-th alternative joins every sentence's k-th next best."""
+    paragraph = "w1 w2 w3. w4 w5.\n\nw6 w7"
+    body = {"q": [paragraph, "w8 w9"], "source": "en", "target": "de", "alternatives": 2}
+    answer = post(server, "/translate", body).json()
+    first, second, third = (alone(translator, text, n_best=3) for text in ("w1 w2 w3.", "w4 w5.", "w6 w7"))
+    ranked = [f"{first[k].text} {second[k].text}\n\n{third[k].text}" for k in range(3)]
+    assert answer["translatedText"][0] == ranked[0] and answer["alternatives"][0] == ranked[1:]
+    assert answer["translatedText"][0] != alone(translator, paragraph)[0].text
+    single = alone(translator, "w8 w9", n_best=3)
+    assert answer["translatedText"][1] == single[0].text
+    assert answer["alternatives"][1] == [hypothesis.text for hypothesis in single[1:]]
+
+
 def test_libretranslate_form_fields_and_api_key_field(server: str, translator: Translator) -> None:
     """LibreTranslate's own Python client posts form fields, with the key as the api_key field."""
     form = {"q": "w8 w9", "source": "en", "target": "de", "api_key": KEY}

@@ -5,7 +5,8 @@ A model trained on single sentences translates a paragraph given as one input ba
 sentence or two the output drops or repeats text. `split_sentences` splits with pysbd (Sadvilkar and
 Neumann, 2020), a rule-based sentence boundary detector with abbreviation and number rules for 22 languages,
 and `join_sentences` makes one `Translation` of the line from its sentences' translations: the texts joined
-by a space, the log-probabilities and scores added, and the word alignments renumbered to the line's words.
+by a space, the log-probabilities and scores added, and the word alignments renumbered to the line's words;
+`joined_n_best` joins the n best of each sentence rank by rank, as LibreTranslate's alternatives are made.
 """
 
 from dataclasses import replace
@@ -50,6 +51,19 @@ def join_sentences(source: str, parts: list[Translation]) -> Translation:
     return Translation(source, [joined], truncated=any(part.truncated for part in parts))
 
 
+def joined_n_best(lines: list[list[Translation]], n_best: int) -> list[str]:
+    """The `n_best` translations of a text, best first, from the n-best translations of the sentences of
+    each of its `lines`, as argos-translate (LibreTranslate's engine) joins them: the k-th joins every
+    sentence's k-th best, the sentences of a line by a space and the lines by a line break."""
+    return [
+        "\n".join(
+            " ".join(text for text in (sentence.hypotheses[rank].text for sentence in line) if text)
+            for line in lines
+        )
+        for rank in range(n_best)
+    ]
+
+
 def _total(values: list[float | None]) -> float | None:
     return None if any(value is None for value in values) else sum(values)
 
@@ -80,4 +94,4 @@ def _joined_alignment(joined: Hypothesis, parts: list[Hypothesis]) -> Hypothesis
     )
 
 
-__all__ = ["SPLITTER_LANGUAGES", "check_language", "join_sentences", "split_sentences"]
+__all__ = ["SPLITTER_LANGUAGES", "check_language", "join_sentences", "joined_n_best", "split_sentences"]

@@ -234,8 +234,11 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
                 f"{source} to {target}.",
             )
 
-    def split_into_sentences(texts: list[str]) -> list[list[str]]:
-        return [sentence_splitting.split_sentences(text, settings.source_lang) for text in texts]
+    def sentences_of(texts: list[str]) -> list[list[str]]:
+        """Each text's sentences; a text whole (if not blank) where the source language has no splitter."""
+        if splittable:
+            return [sentence_splitting.split_sentences(text, settings.source_lang) for text in texts]
+        return [[text.strip()] if text.strip() else [] for text in texts]
 
     async def translated(request: Request, segments: list[str], options: Options) -> list[Translation]:
         """`segments` translated in the batches to come, or `ClientGone` once the client goes away."""
@@ -263,20 +266,25 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             logger.exception("translation failed")
             raise Refusal(500, "the translation failed; the server's log says why.") from None
 
+    async def translate_sentences(
+        request: Request, texts: list[str], options: Options
+    ) -> list[list[Translation]]:
+        """The translations of each text's sentences, in order, each sentence a segment of its own for the
+        batcher."""
+        # pysbd takes most of a second on a long paragraph: off the event loop.
+        pieces = await run_in_threadpool(sentences_of, texts)
+        parts = iter(await translated(request, [s for piece in pieces for s in piece], options))
+        return [[next(parts) for _ in piece] for piece in pieces]
+
     async def translate(
         request: Request, texts: list[str], options: Options, split: bool = False
     ) -> list[Translation]:
-        """Translate `texts`, each whole or (`split`) sentence by sentence, each sentence a segment of its
-        own for the batcher, joined back into one translation a text."""
+        """Translate `texts`, each whole or (`split`) sentence by sentence, joined back into one
+        translation a text."""
         if not split:
             return await translated(request, texts, options)
-        # pysbd takes most of a second on a long paragraph: off the event loop.
-        pieces = await run_in_threadpool(split_into_sentences, texts)
-        parts = iter(await translated(request, [s for piece in pieces for s in piece], options))
-        return [
-            sentence_splitting.join_sentences(text, [next(parts) for _ in piece])
-            for text, piece in zip(texts, pieces)
-        ]
+        sentences = await translate_sentences(request, texts, options)
+        return [sentence_splitting.join_sentences(text, parts) for text, parts in zip(texts, sentences)]
 
     def check_splitting(n_best: int) -> None:
         if n_best > 1:
@@ -313,7 +321,8 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     async def libretranslate(request: Request) -> dict:
         """{"q": text or [texts], "source": "en", "target": "de", "alternatives": N} gives
         {"translatedText": text or [texts], "alternatives": [texts] or [[texts]]}, and with "source":
-        "auto" the "detectedLanguage"."""
+        "auto" the "detectedLanguage". Each line of a text is translated sentence by sentence (where
+        pysbd knows the source language; else whole), as LibreTranslate translates."""
         body = validated(LibreTranslateRequest, (await authorized_fields(request)).values)
         check_languages(body.source, body.target)
         if body.format != "text":
@@ -321,10 +330,18 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             raise Refusal(400, message)
         texts = _texts(body.q)
         settings.limits.check(texts, body.alternatives)
-        translations = await translate(request, texts, Options(n_best=body.alternatives + 1))
+        # As LibreTranslate's engine (argos-translate) does: each line of a text, and each sentence of a
+        # line, translated by itself; the k-th alternative joins every sentence's k-th next best.
+        lines = [text.split("\n") for text in texts]
+        n_best = body.alternatives + 1
+        every_line = [line for parts in lines for line in parts]
+        sentences = iter(await translate_sentences(request, every_line, Options(n_best=n_best)))
+        ranked = [
+            sentence_splitting.joined_n_best([next(sentences) for _ in parts], n_best) for parts in lines
+        ]
         answer = {
-            "translatedText": _one_or_list(body.q, [t.text for t in translations]),
-            "alternatives": _one_or_list(body.q, [[h.text for h in t.hypotheses[1:]] for t in translations]),
+            "translatedText": _one_or_list(body.q, [best for best, *_ in ranked]),
+            "alternatives": _one_or_list(body.q, [alternatives for _, *alternatives in ranked]),
         }
         if body.source == "auto":
             answer["detectedLanguage"] = _one_or_list(body.q, [detected_language(text) for text in texts])
