@@ -7,11 +7,11 @@ and faults mixed into the load.
     python benchmarks/bench_serve.py --model MODEL --data FILE --quick     # seconds: what the tests run
 
 Each sentence of `--data` (default: Multi30k's test_2016_flickr.en) is first translated alone by the
-library (`Translator.translate` one sentence at a time): every answer the server gives under load must be
-exactly that. An answer that is another sentence's translation is counted as mixed up, any other
-difference as garbled, a request without an answer as lost. The same sentences translated as a file
-(`Translator.translate`, batches of 64 sorted by length: what `vanilla-transformer translate` does once the
-model is loaded) are the ceiling.
+library (`Translator.translate_n_best` one line at a time, split into sentences as the server's
+`/translate` splits it): every answer the server gives under load must be exactly that. An answer that is
+another sentence's translation is counted as mixed up, any other difference as garbled, a request without
+an answer as lost. The same sentences translated as a file (batches of 64 sorted by length: what
+`vanilla-transformer translate --split-sentences` does once the model is loaded) are the ceiling.
 
 The load: asyncio clients on the loopback interface, each sending one sentence (LibreTranslate's
 `POST /translate`) and the next once it is answered, for a bounded time. Runs:
@@ -65,6 +65,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, write_result  # noqa: E402
 
+from hf_vanilla_transformer.inference.sentence_splitting import SPLITTER_LANGUAGES
 from hf_vanilla_transformer.inference.translator import load_translator
 
 REPO = Path(__file__).resolve().parent.parent
@@ -409,15 +410,20 @@ def paragraph_of(sentences: list[str], characters: int) -> str:
     return " ".join(parts)
 
 
-def reference_translations(model: str, sentences: list[str]) -> tuple[dict[str, str], dict]:
-    """Each distinct sentence translated alone, and the same sentences translated as a file (the ceiling)."""
+def reference_translations(model: str, sentences: list[str], language: str) -> tuple[dict[str, str], dict]:
+    """Each distinct sentence translated alone, and the same sentences translated as a file (the ceiling),
+    each split into sentences of `language` as the server's `/translate` splits it (where pysbd knows the
+    language)."""
     translator = load_translator(model)
+    split = {"split_sentences": language in SPLITTER_LANGUAGES, "language": language, "scores": False}
     distinct = list(dict.fromkeys(sentences))
     started = time.monotonic()
-    alone = {text: translator.translate([text], batch_size=1)[0] for text in distinct}
+    alone = {text: translator.translate_n_best([text], batch_size=1, **split)[0].text for text in distinct}
     alone_seconds = time.monotonic() - started
     started = time.monotonic()
-    as_file = translator.translate(sentences, batch_size=64)
+    as_file = [
+        translation.text for translation in translator.translate_n_best(sentences, batch_size=64, **split)
+    ]
     file_seconds = time.monotonic() - started
     tokenizer = translator.target_tokenizer or translator.tokenizer
     source_tokens = sum(
@@ -500,7 +506,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:  # the references decode with the server's threads: the same products, the same sums
         torch.set_num_threads(args.threads)
     print(f"translating {len(sentences)} sentences alone and as a file ...", flush=True)
-    references, ceiling = reference_translations(args.model, sentences)
+    references, ceiling = reference_translations(args.model, sentences, args.source_lang)
     lengths = token_lengths(args.model, references)
     gc.collect()
     server_args = ["--source-lang", args.source_lang, "--target-lang", args.target_lang]
