@@ -181,7 +181,8 @@ def test_parameters_from_the_query_string_a_form_a_multipart_form_or_json(
 
 
 def test_a_form_text_counts_its_line_ends_as_one_character(translator: Translator) -> None:
-    """A browser sends a text area's line ends as \\r\\n; LibreTranslate counts each as one character."""
+    """A browser sends a text area's line ends as \\r\\n; LibreTranslate counts each as one character, and
+    translates each line by itself."""
     text = "w1 w2\nw3 w4\n" * 20
     with in_process(translator, limits=_limits(len(text))) as running:
         response = checked(
@@ -192,7 +193,8 @@ def test_a_form_text_counts_its_line_ends_as_one_character(translator: Translato
             )
         )
         assert response.status_code == 200, response.text
-        assert response.json()["translatedText"] == alone(translator, text)[0].text
+        lines = [alone(translator, line)[0].text if line else "" for line in text.split("\n")]
+        assert response.json()["translatedText"] == "\n".join(lines)
 
 
 def _limits(characters: int):
