@@ -491,7 +491,11 @@ def test_with_api_keys_each_key_has_its_own_request_rate(translator: Translator)
         assert post(server.url, "/translate", body, key="key-a").status_code == 200
         assert post(server.url, "/translate", body, key="key-a").status_code == 429
         assert post(server.url, "/translate", body, key="key-b").status_code == 200
+        # A guess at a key spends one of its address's requests: the second guess is refused unheard.
         assert post(server.url, "/translate", body, key="made-up").status_code == 403
+        assert post(server.url, "/translate", body, key="made-up-2").status_code == 429
+        assert post(server.url, "/translate", body, key=None).status_code == 429
+        assert post(server.url, "/translate", body, key="key-b").status_code == 429  # its own bucket is spent
 
 
 def test_without_api_keys_a_made_up_key_gives_no_fresh_requests(translator: Translator) -> None:

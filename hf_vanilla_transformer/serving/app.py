@@ -305,7 +305,12 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     async def authorized_fields(request: Request) -> Fields:
         fields = await read_fields(request, settings.limits.max_body_bytes)
         key = api_key(request, fields.values)
-        settings.api_keys.check(key)
+        try:
+            settings.api_keys.check(key)
+        except Refusal:
+            if rate is not None:  # guesses at a key spend the guesser's address's requests
+                rate.check(client_name(request, None))
+            raise
         if rate is not None:
             # A key counts only where the server checks keys: made-up keys would give a client fresh tokens.
             rate.check(client_name(request, key if settings.api_keys.keys else None))
