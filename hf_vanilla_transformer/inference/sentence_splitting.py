@@ -9,6 +9,7 @@ by a space, the log-probabilities and scores added, and the word alignments renu
 `joined_n_best` joins the n best of each sentence rank by rank, as LibreTranslate's alternatives are made.
 """
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 import pysbd
@@ -41,7 +42,7 @@ def join_sentences(source: str, parts: list[Translation]) -> Translation:
     none), word alignments renumbered by the words before each part, and the attention matrices placed on
     the diagonal of the line's (a target word attends to the words of its own sentence only)."""
     best = [part.hypotheses[0] for part in parts]
-    text = " ".join(hypothesis.text for hypothesis in best if hypothesis.text)
+    text = _joined_text(hypothesis.text for hypothesis in best)
     tokens = [token for hypothesis in best for token in hypothesis.tokens]
     log_prob = _total([hypothesis.log_prob for hypothesis in best])
     score = _total([hypothesis.score for hypothesis in best])
@@ -56,12 +57,14 @@ def joined_n_best(lines: list[list[Translation]], n_best: int) -> list[str]:
     each of its `lines`, as argos-translate (LibreTranslate's engine) joins them: the k-th joins every
     sentence's k-th best, the sentences of a line by a space and the lines by a line break."""
     return [
-        "\n".join(
-            " ".join(text for text in (sentence.hypotheses[rank].text for sentence in line) if text)
-            for line in lines
-        )
+        "\n".join(_joined_text(sentence.hypotheses[rank].text for sentence in line) for line in lines)
         for rank in range(n_best)
     ]
+
+
+def _joined_text(sentences: Iterable[str]) -> str:
+    """A line's translation from its sentences' translations: joined by a space, empty ones left out."""
+    return " ".join(text for text in sentences if text)
 
 
 def _total(values: list[float | None]) -> float | None:

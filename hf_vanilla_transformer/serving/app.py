@@ -212,11 +212,6 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             message = str(error.detail)
         return JSONResponse({"error": message}, status_code=error.status_code, headers=error.headers)
 
-    @app.exception_handler(QueueFull)
-    async def full(request: Request, error: QueueFull) -> JSONResponse:
-        headers = {"Retry-After": str(error.retry_after)}
-        return JSONResponse({"error": str(error)}, status_code=503, headers=headers)
-
     @app.exception_handler(Exception)
     async def failed(request: Request, error: Exception) -> JSONResponse:
         logger.error("%s %s failed", request.method, request.url.path, exc_info=error)
@@ -245,7 +240,10 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         if not segments:
             return []
         lengths = [len(ids) for ids in counter(segments, add_special_tokens=True)["input_ids"]]
-        job = batcher.submit(segments, lengths, options)
+        try:
+            job = batcher.submit(segments, lengths, options)
+        except QueueFull as error:
+            raise Refusal(503, str(error), retry_after=error.retry_after) from None
         watcher = asyncio.ensure_future(_disconnected(request))
         try:
             await asyncio.wait({job.future, watcher}, return_when=asyncio.FIRST_COMPLETED)
