@@ -60,11 +60,13 @@ def resolve_device(device: str = "auto") -> torch.device:
     return resolved
 
 
-def _encode(
-    tokenizer: PreTrainedTokenizerBase, texts: list[str], positions: int | None, line_numbers: list[int]
+def encode_sources(
+    model: Any, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], line_numbers: Sequence[int]
 ) -> tuple[list[list[int]], set[int]]:
-    """Token ids of `texts`, each cut to `positions` tokens (its end token kept), and the indices of those
-    cut, each with a warning naming its line (`line_numbers`, one a text)."""
+    """Token ids of `texts`, each cut to the model's positions (`scoring.model_positions`; its end token
+    kept), and the indices of those cut, each with a warning naming its line (`line_numbers`, one a text)."""
+    positions = model_positions(model)
+    texts = list(texts)
     encoded = tokenizer(texts, add_special_tokens=True)["input_ids"] if texts else []
     truncated = set()
     for index, ids in enumerate(encoded):
@@ -135,17 +137,15 @@ def translate_n_best(
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     generate_kwargs.pop("num_return_sequences", None)
     check_n_best(model, n_best, generate_kwargs)
-    decoder = target_tokenizer or tokenizer
     texts = list(sentences)
     results: list[Translation] = [Translation(text, [Hypothesis("")]) for text in texts]
     kept = [i for i, text in enumerate(texts) if text.strip()]
     numbers = list(line_numbers) if line_numbers is not None else list(range(1, len(texts) + 1))
-    encoded, truncated = _encode(
-        tokenizer, [texts[i] for i in kept], model_positions(model), [numbers[i] for i in kept]
+    encoded, truncated = encode_sources(
+        model, tokenizer, [texts[i] for i in kept], [numbers[i] for i in kept]
     )
     order = sorted(range(len(kept)), key=lambda j: len(encoded[j]), reverse=True)
-    beams, sampling = _decoding_settings(model, generate_kwargs)
-    penalty = _ranking_penalty(model, generate_kwargs) if beams > 1 and not sampling else None
+    _, sampling = _decoding_settings(model, generate_kwargs)
     model.eval()
     bar = tqdm(total=len(order), desc="Translating", unit="sent", disable=not progress)
     for start in range(0, len(order), batch_size):
@@ -156,45 +156,82 @@ def translate_n_best(
             generated = model.generate(**batch, num_return_sequences=n_best, **generate_kwargs)
         outputs = _output_ids(generated, model)
         # generate() returns each input's n_best rows consecutively.
-        sources = batch["input_ids"].repeat_interleave(n_best, dim=0)
-        masks = batch["attention_mask"].repeat_interleave(n_best, dim=0)
-        log_probs = token_log_probs(model, sources, masks, outputs) if scores else None
-        aligned = None
-        if alignments:
-            start = model.generation_config.decoder_start_token_id
-            aligned = align(
-                model,
-                tokenizer,
-                [encoded[j] for j in indices for _ in range(n_best)],
-                [[start, *ids] for ids in outputs],
-                target_tokenizer=target_tokenizer,
-                batch_size=batch_size,
-            )
-        limit = _length_limit(model, generate_kwargs)
-        for position, j in enumerate(indices):
-            hypotheses = []
-            for row in range(position * n_best, (position + 1) * n_best):
-                log_prob = ranked = None
-                if log_probs is not None:
-                    log_prob = ranked = sum(log_probs[row])
-                    if limit is not None and len(outputs[row]) == limit(len(encoded[j])) + 1:
-                        # The end token forced at the length limit (Section 6.1) counts as certain there.
-                        ranked -= log_probs[row][-1]
-                hypotheses.append(
-                    Hypothesis(
-                        text=decoder.decode(outputs[row], skip_special_tokens=True).strip(),
-                        tokens=decoder.convert_ids_to_tokens(_without_end(outputs[row], model)),
-                        log_prob=log_prob,
-                        score=_score(ranked, len(outputs[row]), penalty),
-                        **(asdict(aligned[row]) if aligned is not None else {}),
-                    )
-                )
-            if sampling and log_probs is not None:  # samples come unordered: rank them as a beam would
-                hypotheses.sort(key=lambda hypothesis: -hypothesis.score)
-            results[kept[j]] = Translation(texts[kept[j]], hypotheses, truncated=j in truncated)
+        hypotheses = hypotheses_of(
+            model,
+            tokenizer,
+            [encoded[j] for j in indices],
+            [outputs[p * n_best : (p + 1) * n_best] for p in range(len(indices))],
+            scores=scores,
+            alignments=alignments,
+            target_tokenizer=target_tokenizer,
+            batch_size=batch_size,
+            generate_kwargs=generate_kwargs,
+        )
+        for j, found in zip(indices, hypotheses):
+            if sampling and scores:  # samples come unordered: rank them as a beam would
+                found.sort(key=lambda hypothesis: -hypothesis.score)
+            results[kept[j]] = Translation(texts[kept[j]], found, truncated=j in truncated)
         bar.update(len(indices))
     bar.close()
     return results
+
+
+def hypotheses_of(
+    model: Any,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[Sequence[int]]],
+    *,
+    scores: bool,
+    alignments: bool,
+    target_tokenizer: PreTrainedTokenizerBase | None = None,
+    batch_size: int = 64,
+    generate_kwargs: dict[str, Any] | None = None,
+) -> list[list[Hypothesis]]:
+    """The hypotheses of each source (token ids, as `encode_sources` gives them) from its decoded
+    `outputs` (token ids after the decoder start token, the end token kept, best first): their text and
+    tokens, with their log-probabilities and scores (`scores`, by forced decoding, as `translate_n_best`
+    describes) and word alignments (`alignments`). `generate_kwargs` are the decoding settings the outputs
+    were decoded with, over the model's own."""
+    generate_kwargs = generate_kwargs or {}
+    decoder = target_tokenizer or tokenizer
+    beams, sampling = _decoding_settings(model, generate_kwargs)
+    penalty = _ranking_penalty(model, generate_kwargs) if beams > 1 and not sampling else None
+    limit = _length_limit(model, generate_kwargs)
+    rows = [(position, row) for position, found in enumerate(outputs) for row in found]
+    log_probs = aligned = None
+    if scores and rows:
+        batch = tokenizer.pad({"input_ids": [sources[p] for p, _ in rows]}, return_tensors="pt")
+        batch = {key: value.to(model.device) for key, value in batch.items()}
+        log_probs = token_log_probs(model, batch["input_ids"], batch["attention_mask"], [r for _, r in rows])
+    if alignments and rows:
+        start = model.generation_config.decoder_start_token_id
+        aligned = align(
+            model,
+            tokenizer,
+            [sources[p] for p, _ in rows],
+            [[start, *row] for _, row in rows],
+            target_tokenizer=target_tokenizer,
+            batch_size=batch_size,
+        )
+    hypotheses: list[list[Hypothesis]] = [[] for _ in outputs]
+    for index, (position, row) in enumerate(rows):
+        log_prob = ranked = None
+        if log_probs is not None:
+            log_prob = ranked = sum(log_probs[index])
+            if limit is not None and len(row) == limit(len(sources[position])) + 1:
+                # The end token forced at the length limit (Section 6.1) counts as certain there.
+                ranked -= log_probs[index][-1]
+        hypotheses[position].append(
+            Hypothesis(
+                text=decoder.decode(row, skip_special_tokens=True).strip(),
+                tokens=decoder.convert_ids_to_tokens(_without_end(row, model)),
+                log_prob=log_prob,
+                score=_score(ranked, len(row), penalty),
+                **(asdict(aligned[index]) if aligned is not None else {}),
+            )
+        )
+    return hypotheses
 
 
 def _ranking_penalty(model: Any, generate_kwargs: dict[str, Any]) -> Callable[[int], float]:
