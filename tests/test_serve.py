@@ -542,7 +542,7 @@ def test_command_refusals_are_one_line(model_dir: Path, tmp_path: Path) -> None:
 def test_concurrent_requests_are_batched_together_and_each_gets_its_own_answer(
     translator: Translator,
 ) -> None:
-    with in_process(translator, max_wait_ms=50) as server:
+    with in_process(translator, scheduler="batch", max_wait_ms=50) as server:
         server.close_gate()
         with ThreadPoolExecutor(len(SENTENCES) + 1) as pool:
             first = pool.submit(post, server.url, "/translate", {"q": "w0", "source": "en", "target": "de"})
@@ -568,7 +568,7 @@ def test_a_batch_mixing_alternatives_and_alignments_slices_each_answer(translato
         {"q": "w1 w2 w3", "n_best": 3, "alignments": True},
         {"q": ["w4 w5", "w6 w7 w8"], "n_best": 2},
     ]
-    with in_process(translator, max_wait_ms=50) as server:
+    with in_process(translator, scheduler="batch", max_wait_ms=50) as server:
         server.close_gate()
         with ThreadPoolExecutor(4) as pool:
             first = pool.submit(post, server.url, "/v1/translate", {"q": "w0"})
@@ -593,7 +593,7 @@ def test_a_batch_mixing_alternatives_and_alignments_slices_each_answer(translato
 def test_batches_keep_to_the_token_budget(translator: Translator) -> None:
     lengths = {text: len(translator.tokenizer(text)["input_ids"]) for text in SENTENCES}
     budget = 2 * max(lengths.values())  # two of the longest
-    with in_process(translator, max_wait_ms=50, max_batch_tokens=budget) as server:
+    with in_process(translator, scheduler="batch", max_wait_ms=50, max_batch_tokens=budget) as server:
         server.close_gate()
         with ThreadPoolExecutor(len(SENTENCES) + 1) as pool:
             pool.submit(post, server.url, "/translate", {"q": "w0", "source": "en", "target": "de"})
@@ -617,7 +617,7 @@ def test_a_split_paragraphs_sentences_share_batches_with_other_requests(translat
     paragraph = " ".join(f"{text}." for text in SENTENCES * 2)
     sentences = len(SENTENCES) * 2
     longest = max(len(translator.tokenizer(f"{text}.")["input_ids"]) for text in SENTENCES)
-    with in_process(translator, max_batch_tokens=3 * longest) as server:
+    with in_process(translator, scheduler="batch", max_batch_tokens=3 * longest) as server:
         server.close_gate()
         with ThreadPoolExecutor(2) as pool:
             long = pool.submit(post, server.url, "/v1/translate", {"q": paragraph, "split_sentences": True})
@@ -641,7 +641,7 @@ def test_a_split_paragraphs_sentences_share_batches_with_other_requests(translat
 def test_a_paragraph_whose_client_leaves_stops_at_the_next_batch(translator: Translator) -> None:
     paragraph = " ".join(f"{text}." for text in SENTENCES * 2)
     longest = max(len(translator.tokenizer(f"{text}.")["input_ids"]) for text in SENTENCES)
-    with in_process(translator, max_batch_tokens=2 * longest) as server:
+    with in_process(translator, scheduler="batch", max_batch_tokens=2 * longest) as server:
         server.close_gate()
         leaving = open_request(server.url, {"q": paragraph, "split_sentences": True}, "/v1/translate")
         assert server.translator.started.wait(30)
@@ -668,7 +668,7 @@ def test_without_batching_each_request_is_its_own_batch(translator: Translator) 
 
 def test_health_answers_during_a_long_batch_and_a_full_queue_is_503(translator: Translator) -> None:
     body = {"q": "w1 w2", "source": "en", "target": "de"}
-    with in_process(translator, max_queue=2, max_wait_ms=0) as server:
+    with in_process(translator, scheduler="batch", max_queue=2, max_wait_ms=0) as server:
         server.close_gate()
         with ThreadPoolExecutor(4) as pool:
             decoding = pool.submit(post, server.url, "/translate", body)
@@ -700,7 +700,7 @@ def test_clients_that_go_away_cost_the_others_nothing(translator: Translator) ->
     def body(text: str) -> dict:
         return {"q": text, "source": "en", "target": "de"}
 
-    with in_process(translator, max_wait_ms=500) as server:
+    with in_process(translator, scheduler="batch", max_wait_ms=500) as server:
         server.close_gate()
         with ThreadPoolExecutor(2) as pool:
             # One batch: a request that stays and one whose client hangs up while the batch decodes.
@@ -727,7 +727,7 @@ def test_clients_that_go_away_cost_the_others_nothing(translator: Translator) ->
 
 def test_sigterm_answers_the_request_in_flight_then_stops(model_dir: Path, translator: Translator) -> None:
     # A batch waits 3 s for company: the request is in flight when SIGTERM comes.
-    process, url = start_command(model_dir, "--max-wait-ms", "3000")
+    process, url = start_command(model_dir, "--scheduler", "batch", "--max-wait-ms", "3000")
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(
             post, url, "/translate", {"q": SENTENCES[1], "source": "en", "target": "de"}, None

@@ -182,8 +182,8 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0_whatever_the_clients_
     halfway through its body: the translation in flight is answered, the half-sent body 408, and the
     process exits 0 on its own."""
     process, url = start_command(
-        model_dir, "--max-wait-ms", "2000", "--header-timeout", "1", "--body-timeout", "2",
-        "--shutdown-timeout", "10",
+        model_dir, "--scheduler", "batch", "--max-wait-ms", "2000", "--header-timeout", "1",
+        "--body-timeout", "2", "--shutdown-timeout", "10",
     )  # fmt: skip
     idle, half_head, half_body = connect(url), connect(url), connect(url)
     half_head.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -207,7 +207,7 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0_whatever_the_clients_
 def test_sigterm_answers_503_what_cannot_finish_in_time(translator: Translator) -> None:
     """A translation still held when the time to stop runs out is answered 503 in JSON, and the server
     stops."""
-    with in_process(translator, timeouts=Timeouts(shutdown_s=1.0)) as running:
+    with in_process(translator, scheduler="batch", timeouts=Timeouts(shutdown_s=1.0)) as running:
         running.close_gate()
         with ThreadPoolExecutor(1) as pool:
             answer = pool.submit(

@@ -41,17 +41,32 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         "--target-lang", help="the model's target language code (default: what its results.json records)"
     )
     parser.add_argument(
+        "--scheduler",
+        default="auto",
+        help="iteration: every request's texts decode in one running batch that each text joins and leaves "
+        "between decoding steps, so a long text never holds a short one behind it (PyTorch engine, the "
+        "paper's beam search or greedy search); batch: whole batches of a token budget (--max-batch-tokens), "
+        "as the exported engines decode; auto (default): iteration where it applies, else batch",
+    )
+    parser.add_argument(
+        "--max-running",
+        type=positive_int,
+        default=32,
+        help="texts (segments) the running batch of iteration scheduling decodes together at most; more "
+        "wait for a place, each request taking its turn",
+    )
+    parser.add_argument(
         "--max-batch-tokens",
         type=positive_int,
         default=256,
-        help="source tokens a batch holds at most, padding included (its segments times its longest); on "
-        "CPUs small batches decode fastest, a GPU takes larger ones",
+        help="batch scheduling: source tokens a batch holds at most, padding included (its segments times "
+        "its longest); on CPUs small batches decode fastest, a GPU takes larger ones",
     )
     parser.add_argument(
         "--max-wait-ms",
         type=non_negative_float,
         default=10.0,
-        help="how long a batch waits after its first request for others to join it",
+        help="batch scheduling: how long a batch waits after its first request for others to join it",
     )
     parser.add_argument(
         "--max-queue", type=positive_int, default=256, help="requests waiting at most; more are answered 503"
@@ -59,7 +74,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     parser.add_argument(
         "--no-batching",
         action="store_true",
-        help="one request a batch (to measure what batching across requests gains)",
+        help="batch scheduling, one request a batch (to measure what batching across requests gains)",
     )
     parser.add_argument(
         "--char-limit",
@@ -168,7 +183,11 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         batching=not args.no_batching,
         cors=cors,
         requests_per_minute=args.requests_per_minute,
+        scheduler=args.scheduler,
+        max_running=args.max_running,
     )
+    with refusals_in_one_line(parser):
+        app = create_app(translator, settings)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(message)s")
     log = logging.getLogger(__name__)
     if not is_loopback(args.host) and not keys.keys:
@@ -186,7 +205,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         header_s=args.header_timeout, body_s=args.body_timeout, shutdown_s=args.shutdown_timeout
     )
     server_for(
-        create_app(translator, settings),
+        app,
         host=args.host,
         port=args.port,
         timeouts=timeouts,

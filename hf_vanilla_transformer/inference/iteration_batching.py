@@ -23,7 +23,7 @@ names any other setting of a model's generation config (sampling, repetition pen
 callers decode whole batches with `generate()` instead.
 """
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -364,6 +364,25 @@ class RunningBeamSearch:
         batch.self_mask = self_mask
         self._batch, finished = self._advance(batch, outputs.logits[:, -1, :])
         return finished
+
+    def remove(self, keys: Collection[Hashable]) -> None:
+        """Take the sentences under `keys` out of the running batch unfinished (their client has gone)."""
+        batch = self._batch
+        if batch is None:
+            return
+        staying = [index for index, sentence in enumerate(batch.sentences) if sentence.key not in keys]
+        if len(staying) == len(batch.sentences):
+            return
+        if not staying:
+            self._batch = None
+            return
+        beams = self.num_beams
+        rows = (torch.tensor(staying)[:, None] * beams + torch.arange(beams)).flatten()
+        self._batch = batch.select(staying, rows).trimmed()
+
+    def keys(self) -> list[Hashable]:
+        """The keys of the sentences in the running batch."""
+        return [] if self._batch is None else [sentence.key for sentence in self._batch.sentences]
 
     def _advance(self, batch: _Batch, logits: torch.Tensor) -> tuple[_Batch | None, list[Finished]]:
         """Beam search's step for each sentence of `batch` on the decoder's `logits` (one row per beam):

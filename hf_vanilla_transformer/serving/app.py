@@ -1,5 +1,6 @@
-"""The translation server: a FastAPI app over one `Translator`, whose requests a `Batcher` translates in
-fair batches across requests.
+"""The translation server: a FastAPI app over one `Translator`, whose requests a scheduler translates
+together: on the PyTorch engine, one running batch that each request's segments join and leave between
+decoding steps (`iteration_scheduler`); on the exported engines, fair batches across requests (`batcher`).
 
 LibreTranslate's API, so that its clients work unchanged (each reads its parameters from the query string,
 a JSON object, a form or a multipart form):
@@ -41,11 +42,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..common import text_lines
 from ..inference import sentence_splitting
 from ..inference.hypotheses import Translation
+from ..inference.iteration_batching import unsupported
 from ..inference.translator import Translator
-from .batcher import Batcher, Decode, Options, QueueFull
+from .batcher import Batcher, Decode, Options, QueueFull, Scheduler
 from .detection import LanguageDetector
 from .fields import FORM, MULTIPART, ClientGone, Fields, read_fields
 from .files import TranslatedFiles
+from .iteration_scheduler import IterationScheduler
 from .limits import ApiKeys, Limits, Refusal, RequestRate
 from .middleware import AnswerWhenStopped, Cors
 from .schemas import DetectRequest, LibreTranslateRequest, TranslateFileRequest, TranslateRequest
@@ -63,10 +66,13 @@ FILE_SUFFIXES = (".txt",)
 @dataclass(frozen=True)
 class ServerSettings:
     """How the server translates and what it accepts: the model's language pair, the per-request
-    `limits`, the `api_keys` (none: open), the batching (`max_batch_tokens` source tokens a batch,
-    padding included, `max_wait_ms` a batch waits for more requests, `max_queue` requests waiting,
-    `batching` off to run one request a batch), the `cors` origins whose pages may call it ("*": any;
-    none: only pages it serves itself), and the `requests_per_minute` each client may send to the
+    `limits`, the `api_keys` (none: open), the `scheduler` ("iteration": segments join and leave one
+    running batch of at most `max_running` between decoding steps, `IterationScheduler`; "batch": whole
+    batches of at most `max_batch_tokens` source tokens, padding included, each waiting `max_wait_ms` for
+    more requests, `Batcher`, with `batching` off to run one request a batch; "auto": iteration where the
+    engine and the decoding settings allow it, else batch), `max_queue` requests waiting, the `cors`
+    origins whose pages may call it ("*": any; none: only pages it serves itself), and the
+    `requests_per_minute` each client may send to the
     endpoints that translate or detect (none: no limit; see `RequestRate`)."""
 
     source_lang: str
@@ -79,6 +85,8 @@ class ServerSettings:
     batching: bool = True
     cors: frozenset[str] = frozenset()
     requests_per_minute: int | None = None
+    scheduler: str = "auto"
+    max_running: int = 32
 
 
 def translator_decode(translator: Translator) -> Decode:
@@ -95,6 +103,40 @@ def translator_decode(translator: Translator) -> Decode:
         )
 
     return decode
+
+
+SCHEDULERS = ("auto", "iteration", "batch")
+
+
+def iteration_refusal(translator: Translator) -> str | None:
+    """Why `translator` cannot be served by iteration-level scheduling (None: it can): only the PyTorch
+    engine decodes step by step in this process, and only the paper's beam search and greedy search."""
+    if translator.engine != "torch":
+        return f"the {translator.engine} engine decodes whole batches; serve it with --scheduler batch"
+    problems = unsupported(translator.model.generation_config)
+    if problems:
+        return f"the model decodes with {', '.join(problems)}; serve it with --scheduler batch"
+    return None
+
+
+def scheduler_for(translator: Translator, settings: ServerSettings) -> Scheduler:
+    """The scheduler `settings` ask for (`ServerSettings.scheduler`). Raises ValueError where iteration
+    scheduling is asked for and `translator` cannot have it (`iteration_refusal`)."""
+    if settings.scheduler not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {settings.scheduler!r}: choose one of {', '.join(SCHEDULERS)}.")
+    refusal = iteration_refusal(translator)
+    if settings.scheduler == "iteration" and refusal:
+        raise ValueError(f"iteration scheduling: {refusal}.")
+    automatic = settings.scheduler == "auto" and settings.batching and not refusal
+    if settings.scheduler == "iteration" or automatic:
+        return IterationScheduler(translator, max_running=settings.max_running, max_queue=settings.max_queue)
+    return Batcher(
+        translator_decode(translator),
+        max_batch_tokens=settings.max_batch_tokens,
+        max_wait_s=settings.max_wait_ms / 1000,
+        max_queue=settings.max_queue,
+        batching=settings.batching,
+    )
 
 
 def validated(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -152,13 +194,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     # Requests are measured in tokens on the event loop while the worker tokenizes its batch: each thread
     # has its own tokenizer, as a fast tokenizer's settings are not to be changed by two threads at once.
     counter = copy.deepcopy(translator.tokenizer)
-    batcher = Batcher(
-        translator_decode(translator),
-        max_batch_tokens=settings.max_batch_tokens,
-        max_wait_s=settings.max_wait_ms / 1000,
-        max_queue=settings.max_queue,
-        batching=settings.batching,
-    )
+    batcher = scheduler_for(translator, settings)
     detector = LanguageDetector.load()
     rate = RequestRate(settings.requests_per_minute) if settings.requests_per_minute else None
     files = TranslatedFiles()
@@ -500,4 +536,11 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     return app
 
 
-__all__ = ["ServerSettings", "create_app", "translator_decode"]
+__all__ = [
+    "SCHEDULERS",
+    "ServerSettings",
+    "create_app",
+    "iteration_refusal",
+    "scheduler_for",
+    "translator_decode",
+]

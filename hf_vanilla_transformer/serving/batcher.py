@@ -131,32 +131,24 @@ class BatchStats:
         }
 
 
-class Batcher:
-    """Gathers the segments of the requests submitted from the event loop into fair token-budget batches
-    that one worker thread decodes with `decode`; `batching=False` runs one request a batch, all its
-    segments at once (what batching gains is measured against it). `start` before the first `submit`,
-    `close` to finish the queue and stop."""
+class Scheduler:
+    """What every scheduler of the server shares: the bounded queue of waiting requests, submitted from the
+    event loop, one worker thread that translates them, cancellation and statistics. `start` before the
+    first `submit`, `close` to finish the queue and stop. A subclass gives the worker's loop (`_work`)."""
 
-    def __init__(
-        self,
-        decode: Decode,
-        *,
-        max_batch_tokens: int = 256,
-        max_wait_s: float = 0.01,
-        max_queue: int = 256,
-        batching: bool = True,
-    ):
-        if max_batch_tokens < 1 or max_queue < 1 or max_wait_s < 0:
-            raise ValueError("max_batch_tokens and max_queue must be at least 1, max_wait_s at least 0.")
-        self.decode = decode
-        self.max_batch_tokens, self.max_wait_s, self.max_queue = max_batch_tokens, max_wait_s, max_queue
-        self.batching = batching
+    def __init__(self, *, max_queue: int = 256):
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1.")
+        self.max_queue = max_queue
         self.stats = BatchStats()
-        self.running = 0  # requests in the batch now decoding
-        self._queue: deque[Job] = deque()  # requests with segments not yet in a batch, oldest first
+        self.running = 0  # requests decoding now
+        self._queue: deque[Job] = deque()  # requests with segments not yet decoding, oldest first
         self._condition = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._work, name="translation-worker", daemon=True)
+
+    def _work(self) -> None:
+        raise NotImplementedError
 
     def start(self) -> None:
         self._thread.start()
@@ -171,7 +163,7 @@ class Batcher:
 
     @property
     def queued(self) -> int:
-        """Requests with segments waiting for a batch whose clients are still there."""
+        """Requests with segments waiting to decode whose clients are still there."""
         with self._condition:
             return sum(not job.cancelled for job in self._queue)
 
@@ -202,7 +194,7 @@ class Batcher:
         return job
 
     def cancel(self, job: Job) -> None:
-        """The client of `job` went away: its segments not yet in a batch are dropped."""
+        """The client of `job` went away: its segments not yet decoding are dropped."""
         with self._condition:
             job.cancelled = True
             self._condition.notify()
@@ -211,6 +203,28 @@ class Batcher:
         for job in [job for job in self._queue if job.cancelled]:
             self._queue.remove(job)
             self.stats.dropped += 1
+
+
+class Batcher(Scheduler):
+    """Gathers the segments of the requests submitted from the event loop into fair token-budget batches
+    that one worker thread decodes with `decode`; `batching=False` runs one request a batch, all its
+    segments at once (what batching gains is measured against it)."""
+
+    def __init__(
+        self,
+        decode: Decode,
+        *,
+        max_batch_tokens: int = 256,
+        max_wait_s: float = 0.01,
+        max_queue: int = 256,
+        batching: bool = True,
+    ):
+        if max_batch_tokens < 1 or max_wait_s < 0:
+            raise ValueError("max_batch_tokens must be at least 1, max_wait_s at least 0.")
+        super().__init__(max_queue=max_queue)
+        self.decode = decode
+        self.max_batch_tokens, self.max_wait_s = max_batch_tokens, max_wait_s
+        self.batching = batching
 
     def _plan(self) -> list[Item]:
         """The segments the next batch would take now, in rounds: each waiting request, oldest first, gives
@@ -277,7 +291,7 @@ class Batcher:
                     except Exception as error:
                         with self._condition:
                             job.cancelled = True  # its other segments are not translated
-                        _deliver(job, error=error)
+                        deliver(job, error=error)
             seconds = time.monotonic() - started
             with self._condition:  # read from the event loop's thread (retry_after, stats_dict)
                 self.stats.add(batch, seconds)
@@ -304,13 +318,13 @@ class Batcher:
         segments = [job.segments[index] for job, index in items]
         translations = self.decode(segments, options, max(1, self.max_batch_tokens // max(longest, 1)))
         for (job, index), translation in zip(items, translations, strict=True):
-            job.results[index] = _sliced(translation, job.options)
+            job.results[index] = sliced(translation, job.options)
         for job in jobs:
             if len(job.results) == len(job.segments) and not job.cancelled:
-                _deliver(job, result=[job.results[index] for index in range(len(job.segments))])
+                deliver(job, result=[job.results[index] for index in range(len(job.segments))])
 
 
-def _sliced(translation: Translation, options: Options) -> Translation:
+def sliced(translation: Translation, options: Options) -> Translation:
     """`translation` with the `options.n_best` best hypotheses, and without the scores and alignments that
     `options` did not ask for."""
     hypotheses = translation.hypotheses[: options.n_best]
@@ -324,7 +338,7 @@ def _sliced(translation: Translation, options: Options) -> Translation:
     return replace(translation, hypotheses=hypotheses)
 
 
-def _deliver(job: Job, result: list[Translation] | None = None, error: BaseException | None = None) -> None:
+def deliver(job: Job, result: list[Translation] | None = None, error: BaseException | None = None) -> None:
     """Hand `job` its result or error on its event loop, unless its client has gone (future cancelled)
     or the loop has closed."""
 
@@ -342,4 +356,16 @@ def _deliver(job: Job, result: list[Translation] | None = None, error: BaseExcep
         pass
 
 
-__all__ = ["BatchStats", "Batcher", "Decode", "Item", "Job", "Options", "QueueFull", "padded_tokens"]
+__all__ = [
+    "BatchStats",
+    "Batcher",
+    "Decode",
+    "Item",
+    "Job",
+    "Options",
+    "QueueFull",
+    "Scheduler",
+    "deliver",
+    "padded_tokens",
+    "sliced",
+]
