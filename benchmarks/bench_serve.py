@@ -222,19 +222,30 @@ async def load(
 
 
 def overall(runs: list[dict]) -> dict:
-    """Sentences and tokens a second over several runs together, and their requests per batch."""
+    """Sentences and tokens a second over several runs together, and their requests per batch (batch
+    scheduling)."""
     seconds = sum(run["seconds"] for run in runs)
-    batches = sum(run["batches"] for run in runs)
     figures = {
         key: round(sum(run[key] * run["seconds"] for run in runs) / seconds, 2)
         for key in ("sentences_per_s", "source_tokens_per_s", "target_tokens_per_s")
     }
-    requests = sum(run["answered"] + run["errors"] for run in runs)
-    return {**figures, "seconds": round(seconds, 2), "mean_requests_per_batch": round(requests / batches, 2)}
+    figures["seconds"] = round(seconds, 2)
+    batches = sum(run.get("batches", 0) for run in runs)
+    if batches:
+        requests = sum(run["answered"] + run["errors"] for run in runs)
+        figures["mean_requests_per_batch"] = round(requests / batches, 2)
+    return figures
 
 
 def batch_sizes(before: dict, after: dict) -> dict:
-    """The batches between two /v1/stats readings: how many, and requests per batch."""
+    """What the server decoded between two /v1/stats readings: the batches and requests per batch (batch
+    scheduling), or the decoding steps and the most requests one step held (iteration scheduling)."""
+    if after.get("scheduler") == "iteration":
+        return {
+            "steps": after["steps"] - before["steps"],
+            "max_requests_in_step": after["max_requests_in_step"],
+            "max_running_segments": after["max_running_segments"],
+        }
     batches = after["batches"] - before["batches"]
     requests = after["requests"] - before["requests"]
     return {
@@ -396,6 +407,56 @@ async def fairness(
     }
 
 
+async def beside_long_texts(
+    url: str,
+    long_text: str,
+    long_expected: str,
+    sentences: list[str],
+    checker: Checker,
+    languages: tuple[str, str],
+    long_texts: int,
+    seconds: float,
+) -> dict:
+    """One client sending single sentences one after another for `seconds` while `long_texts` clients
+    each keep one `long_text` (a text without a sentence break: one segment) in the server; the short
+    requests' latency, and every answer checked (the long text against `long_expected`)."""
+    counts = {"short_correct": 0, "short_wrong": 0, "long_correct": 0, "long_wrong": 0}
+    latencies: list[float] = []
+    order = iter(range(10**9))
+    stop_at = time.monotonic() + seconds
+
+    async def long_client(http: httpx.AsyncClient) -> None:
+        while time.monotonic() < stop_at:
+            response = await http.post(f"{url}/translate", json=translate_body(*languages, long_text))
+            right = response.status_code == 200 and response.json()["translatedText"] == long_expected
+            counts["long_correct" if right else "long_wrong"] += 1
+
+    async def short_client(http: httpx.AsyncClient) -> None:
+        await asyncio.sleep(0.5)  # the long texts are decoding before the first short request comes
+        while time.monotonic() < stop_at:
+            text = sentences[next(order) % len(sentences)]
+            started = time.monotonic()
+            response = await http.post(f"{url}/translate", json=translate_body(*languages, text))
+            latencies.append(time.monotonic() - started)
+            right = response.status_code == 200 and checker.check(text, response.json()["translatedText"])
+            counts["short_correct" if right else "short_wrong"] += 1
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600)) as http:
+        await asyncio.gather(short_client(http), *(long_client(http) for _ in range(long_texts)))
+    return {
+        "long_texts": long_texts,
+        "short_requests": len(latencies),
+        **counts,
+        "short_latency_ms": latency_figures(latencies),
+    }
+
+
+def unsplittable_text(characters: int) -> str:
+    """A text of `characters` emoji with no sentence break: one segment however long, the longest a
+    request may hold under the server's default character limit."""
+    return "\N{GRINNING FACE}" * characters
+
+
 def paragraph_of(sentences: list[str], characters: int) -> str:
     """Sentences joined into one paragraph of at most `characters` (each ending in a full stop, so that
     the splitter finds them again)."""
@@ -488,6 +549,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--paragraph-chars", type=int, default=5000, help="the paragraph's length at most")
     parser.add_argument("--fairness-only", action="store_true", help="run the fairness measurement alone")
     parser.add_argument(
+        "--schedulers",
+        nargs="+",
+        default=["iteration", "batch"],
+        help="the server's --scheduler values compared under the same load, the first also in the main run",
+    )
+    parser.add_argument(
+        "--long-texts",
+        type=int,
+        nargs="+",
+        default=[0, 1, 3],
+        help="maximal unsplittable texts kept in the server beside one client of single sentences",
+    )
+    parser.add_argument("--long-chars", type=int, default=5000, help="characters of each unsplittable text")
+    parser.add_argument("--long-seconds", type=float, default=40, help="length of each run beside long texts")
+    parser.add_argument(
+        "--long-only", action="store_true", help="run the unsplittable-text measurement alone"
+    )
+    parser.add_argument(
         "--server-code",
         help="serve from the hf_vanilla_transformer package in this folder (another checkout)",
     )
@@ -500,6 +579,7 @@ def main(argv: list[str] | None = None) -> None:
         args.clients, args.seconds, args.compare_clients, args.compare_seconds, args.rounds = 8, 3, 8, 2, 1
         args.fault_seconds, args.burst, args.max_queue = 3, 40, 8
         args.fair_rounds, args.fair_clients, args.paragraph_chars = 1, 2, 300
+        args.long_texts, args.long_chars, args.long_seconds = [0, 1], 200, 3
 
     sentences = [line for line in Path(args.data).read_text(encoding="utf-8").splitlines() if line.strip()]
     languages = (args.source_lang, args.target_lang)
@@ -546,10 +626,39 @@ def main(argv: list[str] | None = None) -> None:
         server.stop()
         print(json.dumps(result["fairness"], indent=1))
 
+    def measure_long_texts() -> None:
+        long_text = unsplittable_text(args.long_chars)
+        print(
+            f"beside {args.long_texts} texts of {args.long_chars} characters without a break ...", flush=True
+        )
+        started = time.monotonic()
+        long_expected = load_translator(args.model).translate([long_text], progress=False)[0]
+        result["long_text_alone_seconds"] = round(time.monotonic() - started, 2)
+        result["beside_long_texts"] = {}
+        for scheduler in args.schedulers:
+            server = Server(args.model, *server_args, "--scheduler", scheduler, code=args.server_code)
+            result["beside_long_texts"][scheduler] = [
+                asyncio.run(
+                    beside_long_texts(
+                        server.url,
+                        long_text,
+                        long_expected,
+                        sentences,
+                        checker,
+                        languages,
+                        count,
+                        args.long_seconds,
+                    )
+                )
+                for count in args.long_texts
+            ]
+            server.stop()
+        print(json.dumps(result["beside_long_texts"], indent=1))
+
     paragraph = paragraph_of(sentences, args.paragraph_chars)
     result["server_code"] = args.server_code or str(REPO)
-    if args.fairness_only:
-        measure_fairness()
+    if args.fairness_only or args.long_only:
+        (measure_fairness if args.fairness_only else measure_long_texts)()
         write_result(result, args.output)
         return
 
@@ -570,24 +679,38 @@ def main(argv: list[str] | None = None) -> None:
         server.stop()
 
     print(
-        f"batching against one request a batch (--no-batching), {args.rounds} paired rounds ...", flush=True
+        f"the schedulers {args.schedulers} against one request a batch (--no-batching), {args.rounds} "
+        "rounds in turn ...",
+        flush=True,
     )
-    unbatched = Server(args.model, *server_args, "--no-batching", code=args.server_code)
-    server = Server(args.model, *server_args, code=args.server_code)
+    servers = {
+        scheduler: Server(args.model, *server_args, "--scheduler", scheduler, code=args.server_code)
+        for scheduler in args.schedulers
+    }
+    servers["unbatched"] = Server(
+        args.model, *server_args, "--scheduler", "batch", "--no-batching", code=args.server_code
+    )
+    server = servers[args.schedulers[0]]
     rss_idle = server.rss()
-    rounds: dict[str, list[dict]] = {"unbatched": [], "batched": []}
+    rounds: dict[str, list[dict]] = {name: [] for name in servers}
     for index in range(args.rounds):
-        pair = [("unbatched", unbatched), ("batched", server)]
-        for name, target in pair if index % 2 == 0 else pair[::-1]:
-            rounds[name].append(measured(target, args.compare_clients, args.compare_seconds))
-    unbatched.stop()
-    for name, measured_rounds in rounds.items():
-        result[name] = {"rounds": measured_rounds, **overall(measured_rounds)}
-    speedups = [
-        b["sentences_per_s"] / u["sentences_per_s"] for u, b in zip(rounds["unbatched"], rounds["batched"])
-    ]
-    result["batching_speedups"] = [round(speedup, 2) for speedup in speedups]
-    result["batching_speedup"] = round(statistics.median(speedups), 2)
+        names = list(servers)
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            rounds[name].append(measured(servers[name], args.compare_clients, args.compare_seconds))
+    for target in servers.values():
+        if target is not server:
+            target.stop()
+    result["schedulers"] = {name: {"rounds": runs_of, **overall(runs_of)} for name, runs_of in rounds.items()}
+    result["speedups_against_unbatched"] = {
+        name: round(
+            statistics.median(
+                run["sentences_per_s"] / base["sentences_per_s"]
+                for run, base in zip(rounds[name], rounds["unbatched"])
+            ),
+            2,
+        )
+        for name in args.schedulers
+    }
 
     print(f"{args.clients} clients for {args.seconds:g} s ...", flush=True)
     result["main"] = {
@@ -631,10 +754,12 @@ def main(argv: list[str] | None = None) -> None:
     }
     print(
         json.dumps(
-            {key: result[key] for key in ("ceiling", "batching_speedup", "answers", "memory_mb")}, indent=1
+            {key: result[key] for key in ("ceiling", "speedups_against_unbatched", "answers", "memory_mb")},
+            indent=1,
         )
     )
     measure_fairness()
+    measure_long_texts()
     write_result(result, args.output)
 
 

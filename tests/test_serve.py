@@ -795,13 +795,18 @@ def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(model_dir: Path, t
     subprocess.run(command, check=True, timeout=600, capture_output=True)
     result = json.loads(output.read_text())
     assert result["answers"] == {"mixed_up": 0, "garbled": 0, "lost": 0, "examples": []}
-    for run in [*result["unbatched"]["rounds"], *result["batched"]["rounds"], result["main"]]:
+    schedulers = result["schedulers"]
+    assert set(schedulers) == {"iteration", "batch", "unbatched"}
+    for run in [*(r for scheduler in schedulers.values() for r in scheduler["rounds"]), result["main"]]:
         assert run["correct"] == run["answered"] > 0 and run["errors"] == 0
     seen = result["faults"]["faults"]
     assert set(seen["oversize"]) == {"413"} and set(seen["malformed"]) == {"422"}
     assert set(seen["burst"]) <= {"200 correct", "503"}
     assert result["faults"]["wellformed"]["correct"] == result["faults"]["wellformed"]["answered"] > 0
-    assert result["healthy_after_faults"] and result["unbatched"]["mean_requests_per_batch"] == 1
+    assert result["healthy_after_faults"] and schedulers["unbatched"]["mean_requests_per_batch"] == 1
     fairness = result["fairness"]
     assert fairness["paragraph_correct"] == fairness["rounds"] == 1 and fairness["short_errors"] == 0
     assert fairness["short_correct"] == fairness["short_answered"] > 0
+    for scheduler in ("iteration", "batch"):
+        for run in result["beside_long_texts"][scheduler]:
+            assert run["short_wrong"] == run["long_wrong"] == 0 and run["short_correct"] > 0
