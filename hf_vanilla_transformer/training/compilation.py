@@ -25,7 +25,7 @@ without each of these.
 """
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from types import MethodType
 from typing import Any
@@ -97,18 +97,25 @@ def forward_and_loss(
 
 class CompiledTrainingLoss:
     """`forward_and_loss` compiled (`torch.compile` with `backend`), called with every batch's dimensions
-    declared dynamic (`mark_batch_dimensions_dynamic`). `compiles` counts the graphs Dynamo has compiled
-    for it, as the progress bar shows."""
+    declared dynamic (`mark_batch_dimensions_dynamic`); the model's layers compiled once per class where
+    `regional` (within `regions`)."""
 
-    def __init__(self, epsilon: float, max_length: int | None = None, backend: str = "inductor") -> None:
+    def __init__(
+        self,
+        epsilon: float,
+        max_length: int | None = None,
+        backend: str = "inductor",
+        regional: bool = True,
+    ) -> None:
         self.epsilon = epsilon
         self.max_length = max_length
+        self.regional = regional
         self.function = torch.compile(forward_and_loss, backend=backend)
 
-    @staticmethod
-    def regions(model: nn.Module) -> AbstractContextManager[None]:
-        """The block within which `model`'s layers are compiled once per class (`compiled_regions`)."""
-        return compiled_regions(model)
+    def regions(self, model: nn.Module) -> AbstractContextManager[None]:
+        """The block within which `model`'s layers are compiled once per class (`compiled_regions`), or
+        inlined into the one graph like the rest of the model (`regional` False)."""
+        return compiled_regions(model) if self.regional else nullcontext()
 
     def __call__(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None
