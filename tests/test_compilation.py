@@ -7,6 +7,7 @@ which take a minute at most rather than Inductor's many."""
 
 import random
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,15 @@ import torch
 from conftest import tiny_model
 from datasets import Dataset
 from test_trainer import reverse_task, word_tokenizer
+from test_training import corpus, settings  # noqa: F401  (the corpus fixture)
 from torch._dynamo.utils import counters
+from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
+from hf_vanilla_transformer.training import pipeline, progress
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.training.compilation import (
+    COMPILE_CACHE_FILE,
     REGION_CLASSES,
     CompileCache,
     CompiledTrainingLoss,
@@ -26,6 +31,7 @@ from hf_vanilla_transformer.training.compilation import (
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length, pad_to_buckets
 from hf_vanilla_transformer.training.loss import LabelSmoothedSeq2SeqTrainer, label_smoothed_cross_entropy
+from hf_vanilla_transformer.training.pipeline import run_training
 
 NEWSTEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt14"
 PAD = 1
@@ -206,3 +212,29 @@ def test_the_compile_cache_carries_what_was_compiled(tmp_path):
     info = torch.compiler.load_cache_artifacts((tmp_path / "compile_cache.bin").read_bytes())
     assert info is not None and info.inductor_artifacts
     assert cache.load()
+
+
+class DescribedBar(tqdm):
+    """A tqdm bar that remembers the descriptions it showed."""
+
+    descriptions: list[str] = []
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        DescribedBar.descriptions.append(desc)
+        super().set_description(desc, refresh)
+
+
+def test_train_compile_shows_the_compile_and_saves_its_cache(corpus, tmp_path, monkeypatch, caplog):  # noqa: F811
+    """`train --compile` end to end (Inductor swapped for aot_eager, for speed): the bar says it compiles
+    until the first step ends, a line gives that step's time, and the run's folder keeps what was compiled
+    when there is any."""
+    monkeypatch.setattr(progress, "tqdm", DescribedBar)
+    monkeypatch.setattr(pipeline, "CompiledTrainingLoss", partial(CompiledTrainingLoss, backend="aot_eager"))
+    DescribedBar.descriptions = []
+    with caplog.at_level("INFO", logger="hf_vanilla_transformer"):
+        results = run_training(settings(corpus, tmp_path, compile=True, max_steps=2, save_steps=2))
+    assert results["steps"] == 2 and results["train_loss"] > 0
+    assert DescribedBar.descriptions[:2] == ["compiling the training step", ""]
+    assert "The first step, compiling the training step, took" in caplog.text
+    saved = torch.compiler.save_cache_artifacts()
+    assert (tmp_path / COMPILE_CACHE_FILE).is_file() == (saved is not None)
