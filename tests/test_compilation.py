@@ -212,6 +212,8 @@ def test_the_compile_cache_carries_what_was_compiled(tmp_path):
     info = torch.compiler.load_cache_artifacts((tmp_path / "compile_cache.bin").read_bytes())
     assert info is not None and info.inductor_artifacts
     assert cache.load()
+    (tmp_path / "compile_cache.bin").write_bytes(b"not a cache")
+    assert not cache.load()  # a warning, and the run compiles anew
 
 
 class DescribedBar(tqdm):

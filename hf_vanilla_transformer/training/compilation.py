@@ -138,10 +138,13 @@ class CompileCache(TrainerCallback):
         self.path = Path(output_dir) / COMPILE_CACHE_FILE
 
     def load(self) -> bool:
-        """Loads the saved cache, if any; whether there was one."""
+        """Loads the saved cache, if any; whether it was loaded. A cache that torch cannot read (saved by
+        another torch version, say) is left unused with a warning: the run then compiles as if cold."""
         if not self.path.is_file():
             return False
-        torch.compiler.load_cache_artifacts(self.path.read_bytes())
+        if torch.compiler.load_cache_artifacts(self.path.read_bytes()) is None:  # torch logs why
+            logger.warning(f"Compiled code in {self.path} could not be loaded: compiling anew.")
+            return False
         logger.info(f"Compiled code loaded from {self.path}")
         return True
 
