@@ -66,9 +66,12 @@ def newstest_like_lengths() -> tuple[list[int], list[int], str]:
     return src, [max(2, round(length * rng.uniform(0.8, 1.3))) for length in src], "synthetic"
 
 
-def batches_of(lengths: tuple[list[int], list[int]], max_tokens: int, count: int) -> list[dict]:
+def batches_of(
+    lengths: tuple[list[int], list[int]], max_tokens: int, count: int, buckets: bool = True
+) -> list[dict]:
     """The first `count` token-budget batches (Section 5.1) of pairs of those lengths, random ids, padded to
-    their buckets as `train --length-buckets` pads them."""
+    their buckets as `train --length-buckets` pads them (`buckets`), else to their longest as `train`
+    does."""
     src, tgt = lengths
     rng = torch.Generator().manual_seed(0)
     batches = []
@@ -81,7 +84,7 @@ def batches_of(lengths: tuple[list[int], list[int]], max_tokens: int, count: int
             batch[key] = ids
         batch["attention_mask"] = (batch["input_ids"] != PAD).long()
         batch["labels"] = batch["labels"].masked_fill(batch["labels"] == PAD, -100)
-        batches.append(pad_to_buckets(batch, PAD))
+        batches.append(pad_to_buckets(batch, PAD) if buckets else batch)
     return batches
 
 
@@ -91,12 +94,16 @@ def with_decoder_inputs(model, batch: dict) -> dict:
 
 def test_no_graph_break_and_no_recompilation_over_newstest_length_batches():
     """The compiled step (model, loss, backward) in one graph; 100 newstest-length batches after the first
-    compile at most one more per bucket shape (in fact none: the batch dimensions are dynamic)."""
+    compile at most one more per bucket shape (in fact none: the batch dimensions are dynamic), and 20 more
+    batches padded only to their longest none either."""
     src, tgt, origin = newstest_like_lengths()
     batches = batches_of((src, tgt), max_tokens=600, count=101)
     shapes = {(b["input_ids"].shape[1], b["labels"].shape[1]) for b in batches}
     assert len({b["input_ids"].shape[0] for b in batches}) > 10, "token-budget batches vary in pairs"
     assert all(length == bucket_length(length) for shape in shapes for length in shape)
+    unbucketed = batches_of((src[::-1], tgt[::-1]), max_tokens=600, count=20, buckets=False)
+    assert any(b["input_ids"].shape[1] != bucket_length(b["input_ids"].shape[1]) for b in unbucketed)
+    batches += unbucketed
     model = tiny_model(vocab_size=64, max_position_embeddings=256, pad_token_id=PAD).train()
     step = CompiledTrainingLoss(0.1, max_length=256, backend="aot_eager")
     with compiled_regions(model):
