@@ -35,7 +35,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import SIZES, format_table, machine_line, write_result  # noqa: E402
+from _common import (  # noqa: E402
+    SIZES,
+    add_device_option,
+    format_table,
+    machine_line,
+    parse_device_args,
+    write_result,
+)
 from bench_train import DEFAULT_DATA, NEWSTEST, newstest_lengths  # noqa: E402
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -139,11 +146,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    add_device_option(parser)
     parser.add_argument("--size", default="demo", choices=sorted(SIZES))
     parser.add_argument("--batch", type=int, default=16, help="pairs of the middle-sized batches")
     parser.add_argument("--length", type=int, default=32, help="tokens of the middle-sized batches")
     parser.add_argument("--steps", type=int, default=3, help="timed steps after the first")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--only", nargs="+", default=[*MODES, "padding"], choices=[*MODES, "padding"])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="padding: folder of the newstest files")
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", default="benchmarks/results/results_compile.json")
     parser.add_argument("--probe", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--cache-folder", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse_device_args(parser, argv, {})
     if args.probe:
         print(json.dumps(probe(args)))
         return {}
