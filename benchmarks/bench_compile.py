@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
         for mode in (m for m in MODES if m in args.only):
             result["modes"][mode] = run_mode(mode, args, run_folder)
             print(f"  {mode}: {result['modes'][mode]}", file=sys.stderr)
+            write_result(result, args.output)  # each mode's figures kept, should a later one be cut off
     rows = [
         [mode, *(f"{r[key]:.2f}" if key in r else r.get("error", "") for key in ("first_step_s", "step_s"))]
         for mode, r in result["modes"].items()
