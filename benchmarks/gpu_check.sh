@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # The benchmarks' check on a CUDA GPU, prepared to run once in at most 8 minutes (BUDGET_S): the GPU's
-# name and the versions, the GPU tests, then bench_train.py and bench_generate.py with --device cuda,
+# name and the versions, then bench_compile.py, bench_train.py and bench_generate.py with --device cuda,
 # cheapest and most needed first, each under `timeout` and never past the budget, so that one slow step
-# cannot eat the others' time; a step that fails or times out is reported and the next one runs.
+# cannot eat the others' time; a step that fails or times out is reported and the next one runs. It ends
+# with the targets table (benchmarks/gpu_targets.py), "unmeasured" where a step gave no figure.
 #
 #   bash benchmarks/gpu_check.sh          # from anywhere; it runs in the repository root
 #
 # Environment:
-#   OUT        folder for the results: gpu_check.log and one JSON per benchmark, 8 files (default
+#   OUT        folder for the results: gpu_check.log and one JSON per benchmark, 5 files (default
 #              runs/gpu_check)
 #   WMT14_DIR  folder with newstest2013.en/.de and newstest2014.en/.de, relative to the repository root
 #              or absolute (default ../shared/data/wmt14); without them the real-length steps are skipped
 #   PYTHON     the interpreter (default python3); hf_vanilla_transformer must import with the PYTHONPATH
 #              given, to which the repository root is appended
-#   BUDGET_S   seconds for the whole check (default 480)
+#   BUDGET_S   seconds for the steps (default 460: with the table and nvidia-smi, under 8 minutes)
 #
 # Exit status: 0 when every step passed, 1 otherwise (see the summary at the end of the log).
 
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/gpu_check}
 WMT14_DIR=${WMT14_DIR:-../shared/data/wmt14}
 PYTHON=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-480}
+BUDGET_S=${BUDGET_S:-460}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 mkdir -p "$OUT"
 
@@ -52,28 +53,27 @@ main() {
     echo "=== gpu_check: $(date -u +%FT%TZ), budget ${BUDGET_S}s, results in $OUT, WMT14_DIR=$WMT14_DIR"
     nvidia-smi -L
     nvidia-smi --query-gpu=name,memory.total,power.limit,clocks.max.sm,driver_version --format=csv
-    step versions 60 "$PYTHON" -c "import platform, torch, transformers, hf_vanilla_transformer
+    step versions 40 "$PYTHON" -c "import platform, torch, transformers, hf_vanilla_transformer
 print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA', torch.version.cuda,
       '| transformers', transformers.__version__, '|', torch.cuda.get_device_name())"
-    step test_cuda 120 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py
-    step loss 60 "$PYTHON" benchmarks/bench_loss.py --device cuda --output "$OUT/loss.json"
-    step train_eager 90 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-eager --repeats 5 \
-        --output "$OUT/train_eager.json"
-    step train_stream 90 "$PYTHON" benchmarks/bench_train.py --device cuda --data "$WMT14_DIR" \
-        --max-steps 16 --modes bf16-eager --warmup 1 --repeats 3 --output "$OUT/train_stream.json"
-    step generate 120 "$PYTHON" benchmarks/bench_generate.py --device cuda --output "$OUT/generate.json"
-    # Compiling both models' training steps takes minutes on a cold cache: last but one.
-    step train_compile 240 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-compile \
+    # train --compile's step at base dimensions on bucket shapes that change every step: the cold compile
+    # (regional), the warm start from the run folder's cache, and the compiled step against the eager one.
+    step compile 150 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64 \
+        --bf16 --steps 5 --only cold-regional warm-regional eager --output "$OUT/compile.json"
+    # Ours against Marian, both torch.compile'd, on the same fixed batches.
+    step train_compile 120 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-compile \
         --repeats 3 --output "$OUT/train_compile.json"
-    # The presets on real-length batches padded to bucket lengths, eager against compiled: what
-    # train --length-buckets --compile would give them.
-    step train_presets_compile 180 "$PYTHON" benchmarks/bench_train.py --device cuda --data "$WMT14_DIR" \
-        --presets base big --max-steps 16 --length-buckets --modes bf16-eager bf16-compile --warmup 2 \
-        --repeats 3 --output "$OUT/train_presets_compile.json"
-    # generate() compiles the decoding steps with a static cache: with whatever time is left.
-    step generate_static 120 "$PYTHON" benchmarks/bench_generate.py --device cuda --cache static \
-        --searches greedy --dtypes bf16 --output "$OUT/generate_static.json"
+    step generate 70 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes bf16 \
+        --output "$OUT/generate.json"
+    # The base preset on newstest-length batches, eager (its compiled step: the compile step above).
+    step train_presets 50 "$PYTHON" benchmarks/bench_train.py --device cuda --data "$WMT14_DIR" \
+        --presets base --max-steps 16 --modes bf16-eager --warmup 1 --repeats 2 \
+        --output "$OUT/train_presets.json"
+    # The whole model inlined into one graph, against the regional compile above: last, with what is left.
+    step compile_whole 60 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 \
+        --length 64 --bf16 --steps 2 --only cold-whole --output "$OUT/compile_whole.json"
     echo "=== gpu_check: done after ${SECONDS}s; failed or skipped: ${failed[*]:-none}"
+    "$PYTHON" benchmarks/gpu_targets.py "$OUT"
     ((${#failed[@]} == 0))
 }
 

@@ -33,7 +33,7 @@ def run(script: str, tmp_path, *extra: str) -> dict:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without a CUDA GPU")
-@pytest.mark.parametrize("script", ["bench_train.py", "bench_generate.py"])
+@pytest.mark.parametrize("script", ["bench_train.py", "bench_generate.py", "bench_compile.py"])
 def test_device_cuda_without_a_gpu_is_a_one_line_error(script):
     completed = subprocess.run(
         [sys.executable, str(SCRIPTS / script), "--device", "cuda"],
@@ -160,3 +160,17 @@ def test_bench_stream_quick_translates_every_line_and_samples_memory(tmp_path):
     for measured in result["runs"]:
         assert measured["one_output_line_per_input_line"] and measured["output_lines"] == measured["lines"]
         assert 0 < measured["rss_mib_at_10_percent"] <= measured["peak_rss_mib"]
+
+
+def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longest(tmp_path):
+    """Bucket lengths are never shorter than a batch's longest, so their padding share is never smaller."""
+    write_newstest(tmp_path / "wmt14", pairs=100)
+    output = tmp_path / "compile.json"
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_compile.py"), "--only", "padding", "--data",
+         str(tmp_path / "wmt14"), "--bpe-vocab", "400", "--data-copies", "2", "--max-tokens", "600",
+         "--output", str(output)],
+        cwd=REPO_ROOT, env=ENV, check=True, timeout=300,
+    )  # fmt: skip
+    padding = json.loads(output.read_text())["padding"]
+    assert 0 < padding["padding_share_longest"] < padding["padding_share_buckets"] < 1

@@ -12,7 +12,8 @@ same formula as torch's `cross_entropy(..., label_smoothing=eps)` without keepin
 log-probabilities for the backward pass.
 """
 
-from typing import Any
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -20,6 +21,9 @@ from transformers import Seq2SeqTrainer
 from transformers.modeling_outputs import ModelOutput
 
 from ..cpu_speedups import eager_cpu
+
+if TYPE_CHECKING:
+    from .compilation import CompiledTrainingLoss
 
 # Float32 chunks of 2 MB, 1 MB per core when two threads share the rows, so that a chunk's passes stay in
 # the cores' L2 caches: 16 rows of a 32k vocabulary, 65 of an 8k one. On a GPU a chunk is a few kernel
@@ -169,11 +173,27 @@ class LabelSmoothedLoss:
 
 class LabelSmoothedSeq2SeqTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` whose training loss is smoothed with `label_smoothing` (`LabelSmoothedLoss`), and
-    whose teacher-forced steps keep no cache of keys and values, which only decoding uses."""
+    whose teacher-forced steps keep no cache of keys and values, which only decoding uses.
 
-    def __init__(self, *args: Any, label_smoothing: float, **kwargs: Any) -> None:
+    With `compiled_loss` (`compilation.CompiledTrainingLoss`), a training step's forward and loss run as
+    that compiled function, the model's layers compiled once per class while training; evaluation stays
+    eager."""
+
+    def __init__(
+        self,
+        *args: Any,
+        label_smoothing: float,
+        compiled_loss: "CompiledTrainingLoss | None" = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.compute_loss_func = LabelSmoothedLoss(self.model, label_smoothing)
+        self.compiled_loss = compiled_loss
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        regions = self.compiled_loss.regions(self.model) if self.compiled_loss is not None else nullcontext()
+        with regions:
+            return super().train(*args, **kwargs)
 
     def compute_loss(
         self,
@@ -182,4 +202,11 @@ class LabelSmoothedSeq2SeqTrainer(Seq2SeqTrainer):
         return_outputs: bool = False,
         num_items_in_batch: int | torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
-        return super().compute_loss(model, {**inputs, "use_cache": False}, return_outputs, num_items_in_batch)
+        inputs = {**inputs, "use_cache": False}
+        if self.compiled_loss is None or not model.training or return_outputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss = self.compiled_loss(model, inputs, num_items_in_batch)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            # As Trainer.compute_loss: the count is over all processes, and DDP averages their gradients.
+            loss = loss * self.accelerator.num_processes
+        return loss

@@ -72,6 +72,7 @@ from .backtranslation import (
     with_synthetic_pairs,
 )
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
+from .compilation import CompileCache, CompiledTrainingLoss
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
 from .length_buckets import BucketPadding
@@ -781,9 +782,17 @@ def _build_trainer(
         max_tokens=micro_batch_tokens,
         clock=clock,
         label_smoothing=recipe.label_smoothing,
+        compiled_loss=_compiled_loss(recipe),
     )
+    if recipe.compile:
+        trainer.add_callback(CompileCache(run.output_dir))
     use_progress_bar(trainer, clock)
     return trainer
+
+
+def _compiled_loss(recipe: TrainingPreset) -> CompiledTrainingLoss | None:
+    """The compiled forward and loss of a run with --compile (`compilation`), else None (eager)."""
+    return CompiledTrainingLoss(recipe.label_smoothing, recipe.max_length) if recipe.compile else None
 
 
 def _collator(
@@ -823,7 +832,8 @@ def _arguments(run: _Run, accumulation: int, has_dev: bool) -> Seq2SeqTrainingAr
         # dataset resegmented each epoch must reach them anew with the epoch that the Trainer sets.
         dataloader_persistent_workers=workers > 0 and recipe.subword_dropout == 0,
         ddp_find_unused_parameters=False,
-        torch_compile=recipe.compile,
+        # A compiled step (`compilation`) keeps its loss on the device: no NaN check that waits for it.
+        logging_nan_inf_filter=not recipe.compile,
         predict_with_generate=settings.eval_bleu,
         generation_num_beams=settings.num_beams,
         # Early stopping: the best dev evaluation's checkpoint is kept, and loaded when training ends.

@@ -92,7 +92,7 @@ class TrainingPreset:
     )
     compile: bool = setting(
         False,
-        "torch.compile the model for training (with --length-buckets on token-budget batches); "
+        "compile the training step (forward and loss; each layer class once; any batch shape); "
         "--no-compile: eager (default: the preset's)",
         group=TRAINING,
     )

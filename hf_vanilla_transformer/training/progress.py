@@ -125,11 +125,14 @@ class TrainingProgressBar(ProgressCallback):
     """transformers' training progress bar, with the run's real total: `max_steps`, or under a time budget
     the steps that fit in what is left of it, estimated again after every step from this segment's pace.
     tqdm's ETA follows from the total, so a run that will stop at its budget does not promise the rest of
-    `max_steps`. A resumed run's bar starts at the step it resumes from."""
+    `max_steps`. A resumed run's bar starts at the step it resumes from. With `compiling`, the bar says
+    so until the first step, which compiles the training step, has ended, and a line then says how long it
+    took: minutes on a CPU, which would otherwise look like a stall."""
 
-    def __init__(self, clock: TrainingClock) -> None:
+    def __init__(self, clock: TrainingClock, compiling: bool = False) -> None:
         super().__init__()
         self.clock = clock
+        self.compiling = compiling
         self._segment_start: tuple[int, float] = (0, 0.0)
 
     def on_train_begin(self, args, state, control, **kwargs) -> None:
@@ -139,10 +142,17 @@ class TrainingProgressBar(ProgressCallback):
             self.training_bar = tqdm(
                 total=self.expected_steps(state), initial=state.global_step, dynamic_ncols=True
             )
+            if self.compiling:
+                self.training_bar.set_description("compiling the training step")
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
         if state.is_world_process_zero:
             self.training_bar.total = self.expected_steps(state)
+            if self.compiling:
+                self.compiling = False
+                self.training_bar.set_description("")
+                seconds = self.clock.elapsed() - self._segment_start[1]
+                logger.info(f"The first step, compiling the training step, took {seconds:.0f} s")
         super().on_step_end(args, state, control, **kwargs)
 
     def expected_steps(self, state) -> int:
@@ -159,9 +169,11 @@ class TrainingProgressBar(ProgressCallback):
 
 
 def use_progress_bar(trainer: Trainer, clock: TrainingClock) -> None:
-    """Replaces the Trainer's progress bar, where it shows one, with `TrainingProgressBar` on `clock`."""
+    """Replaces the Trainer's progress bar, where it shows one, with `TrainingProgressBar` on `clock`, which
+    shows the first step's compilation where the Trainer has a compiled step (`compiled_loss`)."""
     if trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(TrainingProgressBar(clock))
+        compiling = getattr(trainer, "compiled_loss", None) is not None
+        trainer.add_callback(TrainingProgressBar(clock, compiling=compiling))
 
 
 def show_progress_lines(is_main_process: bool, stream: TextIO | None = None) -> None:

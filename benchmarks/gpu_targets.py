@@ -1,0 +1,96 @@
+"""The GPU targets table of the compiled-training work, filled from the JSON files that gpu_check.sh's steps
+wrote to one folder; a figure whose step failed, timed out or did not run reads "unmeasured".
+
+    python benchmarks/gpu_targets.py runs/gpu_check
+"""
+
+import json
+import sys
+from pathlib import Path
+
+UNMEASURED = "unmeasured"
+
+
+def read(folder: Path, name: str) -> dict:
+    path = folder / name
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def train_row(result: dict, group: str, name: str, model: str, mode: str) -> dict:
+    rows = result.get(group, {}).get(name, {}).get("rows", [])
+    return next((row for row in rows if row["model"] == model and row["mode"] == mode), {})
+
+
+def speedup(result: dict, search: str) -> str:
+    engines = result.get("sizes", {}).get("base", {}).get("searches", {}).get(search, {}).get("engines", {})
+    ours = engines.get("ours", {}).get("speedup_vs_marian")
+    return f"{ours:.2f}x" if ours is not None else UNMEASURED
+
+
+def rows(folder: Path) -> list[tuple[str, str, str, str]]:
+    """(what, measured, milestone, goal) for each target."""
+    compile_ = read(folder, "compile.json").get("modes", {})
+    compile_whole = read(folder, "compile_whole.json").get("modes", {})
+    compiled = read(folder, "train_compile.json")
+    presets = read(folder, "train_presets.json")
+    generate = read(folder, "generate.json")
+
+    def seconds(modes: dict, mode: str, key: str) -> str:
+        value = modes.get(mode, {}).get(key)
+        return f"{value:.1f} s" if value is not None else UNMEASURED
+
+    base_eager = train_row(presets, "presets", "base", "ours", "bf16-eager").get("tokens_per_s")
+    eager_step = compile_.get("eager", {}).get("step_s")
+    compiled_step = compile_.get("cold-regional", {}).get("step_s")
+    step_ratio = f"{eager_step / compiled_step:.2f}x" if eager_step and compiled_step else UNMEASURED
+    ours = train_row(compiled, "sizes", "base", "ours", "bf16-compile").get("speedup_vs_marian_same_mode")
+    return [
+        (
+            "base preset, newstest-length batches, eager (tok/s)",
+            f"{base_eager:,.0f}" if base_eager else UNMEASURED,
+            ">= 540k",
+            ">= 700k",
+        ),
+        ("compiled step against eager, base, 400 x 64-token buckets", step_ratio, "", ""),
+        (
+            "cold compile of the training step, regional / whole (first step)",
+            f"{seconds(compile_, 'cold-regional', 'first_step_s')} / "
+            f"{seconds(compile_whole, 'cold-whole', 'first_step_s')}",
+            "<= 60 s",
+            "<= 20 s",
+        ),
+        (
+            "warm start from the compile cache (first step)",
+            seconds(compile_, "warm-regional", "first_step_s"),
+            "",
+            "<= 5 s",
+        ),
+        (
+            "ours against Marian, both torch.compile, fixed 400 x 64 batches",
+            f"{ours:.2f}x" if ours is not None else UNMEASURED,
+            ">= 1.1x",
+            ">= 1.3x",
+        ),
+        (
+            "beam 4 / greedy, bf16, batch 64, against Marian",
+            f"{speedup(generate, 'beam4-bf16')} / {speedup(generate, 'greedy-bf16')}",
+            ">= 1.3x / >= 1.5x",
+            ">= 1.5x / >= 2x",
+        ),
+    ]
+
+
+def main() -> None:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/gpu_check")
+    device = read(folder, "train_compile.json").get("machine", {}) or read(folder, "generate.json").get(
+        "machine", {}
+    )
+    print(f"Targets ({folder}; machine: {device.get('gpu', device) if device else UNMEASURED})")
+    print("| what | measured | milestone | goal |")
+    print("|---|---|---|---|")
+    for what, measured, milestone, goal in rows(folder):
+        print(f"| {what} | {measured} | {milestone} | {goal} |")
+
+
+if __name__ == "__main__":
+    main()

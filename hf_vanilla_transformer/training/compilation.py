@@ -1,0 +1,166 @@
+"""The compiled training step: the model's forward and the label-smoothed loss (Section 5.4) traced by
+`torch.compile` as one function, whose backward AOTAutograd compiles with it.
+
+- Regional compilation (`compiled_regions`): the encoder and decoder layers are the N identical blocks of
+  Section 3.1, so each layer class's `forward` is marked as a nested compile region
+  (`torch.compiler.nested_compile_region`): Dynamo traces one layer of each stack and stamps the compiled
+  code out over the other N - 1. The mark is put on each layer instance's own `forward` for the length of
+  training only, and taken off after; the classes, torch and transformers are left as they are. In eager
+  code a marked forward is the forward itself.
+- Shapes compiled once (`CompiledTrainingLoss`): token-budget batches (Section 5.1) change their number of
+  pairs and their lengths at every step, so the batch and length dimensions of every input are declared
+  dynamic (`torch._dynamo.mark_dynamic`, at least 2: sizes 0 and 1 are always specialized) before the
+  first call. One graph then serves every batch; a batch with one pair (or a one-token side) compiles one
+  more. Within training, a step that would recompile past Dynamo's limit raises
+  (`fail_on_recompile_limit_hit`) instead of falling back to eager code without a word.
+- The loss inside the compiled code: `loss.label_smoothed_cross_entropy` over the logits, in float32, with
+  padded positions (label -100) contributing nothing; no host synchronization within the step (no
+  `.item()`: the loss stays on the device).
+- `CompileCache`: what the compiler produced (`torch.compiler.save_cache_artifacts`) saved in the run's
+  folder at every checkpoint and at the end, and loaded when a resumed run or a second run in the same
+  folder starts, so that it finds its compiled code in the cache instead of compiling it again.
+
+benchmarks/RESULTS.md ("Compiled training") has the compile times and step speeds measured with and
+without each of these.
+"""
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+from types import MethodType
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import TrainerCallback
+from transformers.utils import logging
+
+from ..modeling_vanilla_transformer import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
+from .loss import label_smoothed_cross_entropy
+
+logger = logging.get_logger(__name__)
+
+# The repeated blocks of Section 3.1: each class is traced and compiled once per stack shape.
+REGION_CLASSES: tuple[type[nn.Module], ...] = (VanillaTransformerEncoderLayer, VanillaTransformerDecoderLayer)
+# The file in a run's folder that holds its compiled code (`CompileCache`).
+COMPILE_CACHE_FILE = "compile_cache.bin"
+# The inputs of a training step whose first two dimensions (pairs, tokens) change from batch to batch.
+_BATCH_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask", "labels")
+
+
+@contextmanager
+def compiled_regions(model: nn.Module) -> Iterator[None]:
+    """Within the block, the forward of every encoder and decoder layer of `model` is its class's forward
+    marked as a nested compile region, one mark per class, so that a compiled function calling the model
+    compiles each class once and reuses it over the stack's layers. Outside torch.compile the marked
+    forward is the plain one; the marks are removed on the way out."""
+    marked = {cls: torch.compiler.nested_compile_region(cls.forward) for cls in REGION_CLASSES}
+    layers = [module for module in model.modules() if type(module) in marked]
+    for layer in layers:
+        layer.forward = MethodType(marked[type(layer)], layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
+
+
+def mark_batch_dimensions_dynamic(inputs: dict[str, Any], max_length: int | None = None) -> None:
+    """Declares the pairs and tokens dimensions of a batch's tensors dynamic for torch.compile (tokens
+    between 2 and `max_length` where given), so that the first compilation makes code for every batch shape
+    instead of one shape per batch. Dimensions of size 1 are left static: Dynamo specializes sizes 0 and 1
+    whatever it is told."""
+    for key in _BATCH_INPUTS:
+        tensor = inputs.get(key)
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
+            continue
+        for dim, size in enumerate(tensor.shape):
+            if size < 2:
+                continue
+            if dim == 1 and max_length is not None and max_length >= size:
+                torch._dynamo.mark_dynamic(tensor, dim, min=2, max=max_length)
+            else:  # no bound known: any size from 2 up
+                torch._dynamo.mark_dynamic(tensor, dim)
+
+
+def forward_and_loss(
+    model: nn.Module, inputs: dict[str, Any], epsilon: float, num_items_in_batch: torch.Tensor | None
+) -> torch.Tensor:
+    """The training loss of a batch: the model's logits for the decoder inputs, and their label-smoothed
+    cross-entropy against the labels (`loss.label_smoothed_cross_entropy`, float32, -100 ignored), summed
+    and divided by `num_items_in_batch` (the accumulated step's labels) or this batch's."""
+    labels = inputs["labels"]
+    model_inputs = {key: value for key, value in inputs.items() if key != "labels"}
+    logits = model(**model_inputs).logits
+    return label_smoothed_cross_entropy(logits, labels.to(logits.device), epsilon, num_items_in_batch)
+
+
+class CompiledTrainingLoss:
+    """`forward_and_loss` compiled (`torch.compile` with `backend`), called with every batch's dimensions
+    declared dynamic (`mark_batch_dimensions_dynamic`); the model's layers compiled once per class where
+    `regional` (within `regions`)."""
+
+    def __init__(
+        self,
+        epsilon: float,
+        max_length: int | None = None,
+        backend: str = "inductor",
+        regional: bool = True,
+    ) -> None:
+        self.epsilon = epsilon
+        self.max_length = max_length
+        self.regional = regional
+        self.function = torch.compile(forward_and_loss, backend=backend)
+
+    def regions(self, model: nn.Module) -> AbstractContextManager[None]:
+        """The block within which `model`'s layers are compiled once per class (`compiled_regions`), or
+        inlined into the one graph like the rest of the model (`regional` False)."""
+        return compiled_regions(model) if self.regional else nullcontext()
+
+    def __call__(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None
+    ) -> torch.Tensor:
+        mark_batch_dimensions_dynamic(inputs, self.max_length)
+        if isinstance(num_items_in_batch, int):
+            # A Python number would be a constant of the graph: a new one at every batch.
+            num_items_in_batch = torch.tensor(num_items_in_batch)
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            return self.function(model, inputs, self.epsilon, num_items_in_batch)
+
+
+class CompileCache(TrainerCallback):
+    """The compiled code of a run in its folder (`COMPILE_CACHE_FILE`): loaded into torch's compiler caches
+    when training begins, where an earlier run or segment saved it, and saved (everything compiled in this
+    process so far) at every checkpoint and when training ends. A compilation that finds its graph there
+    skips Inductor's code generation and the C++ compiler."""
+
+    def __init__(self, output_dir: str | Path) -> None:
+        self.path = Path(output_dir) / COMPILE_CACHE_FILE
+
+    def load(self) -> bool:
+        """Loads the saved cache, if any; whether it was loaded. A cache that torch cannot read (saved by
+        another torch version, say) is left unused with a warning: the run then compiles as if cold."""
+        if not self.path.is_file():
+            return False
+        if torch.compiler.load_cache_artifacts(self.path.read_bytes()) is None:  # torch logs why
+            logger.warning(f"Compiled code in {self.path} could not be loaded: compiling anew.")
+            return False
+        logger.info(f"Compiled code loaded from {self.path}")
+        return True
+
+    def save(self) -> None:
+        artifacts = torch.compiler.save_cache_artifacts()
+        if artifacts is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(artifacts[0])
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        self.load()
+
+    def on_save(self, args, state, control, **kwargs) -> None:
+        if state.is_world_process_zero:
+            self.save()
+
+    def on_train_end(self, args, state, control, **kwargs) -> None:
+        if state.is_world_process_zero:
+            self.save()

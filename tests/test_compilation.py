@@ -1,0 +1,249 @@
+"""The compiled training step (`training.compilation`): no graph breaks, no recompilation over real batch
+lengths beyond the buckets', the same losses as eager training, and the compile cache in the run's folder.
+
+Dynamo's graph breaks and recompilations are its own, whatever backend compiles the graphs, so these tests
+compile with the "aot_eager" backend (which also traces the backward and the nested regions) or "eager",
+which take a minute at most rather than Inductor's many."""
+
+import random
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_model
+from datasets import Dataset
+from test_trainer import reverse_task, word_tokenizer
+from test_training import corpus, settings  # noqa: F401  (the corpus fixture)
+from torch._dynamo.utils import counters
+from tqdm.auto import tqdm
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+
+from hf_vanilla_transformer.training import pipeline, progress
+from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
+from hf_vanilla_transformer.training.compilation import (
+    COMPILE_CACHE_FILE,
+    REGION_CLASSES,
+    CompileCache,
+    CompiledTrainingLoss,
+    compiled_regions,
+)
+from hf_vanilla_transformer.training.length_buckets import bucket_length, pad_to_buckets
+from hf_vanilla_transformer.training.loss import LabelSmoothedSeq2SeqTrainer, label_smoothed_cross_entropy
+from hf_vanilla_transformer.training.pipeline import run_training
+
+NEWSTEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt14"
+PAD = 1
+NO_DROPOUT = {"P_drop": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Every test counts its own compilations."""
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def newstest_like_lengths() -> tuple[list[int], list[int], str]:
+    """Source and target lengths of about 6000 pairs: newstest2013 and 2014's, in words times 1.3 (about
+    their subword count), where the data is at hand; else lengths drawn from a similar spread."""
+    files = [
+        NEWSTEST / f"{name}.{side}" for name in ("newstest2013", "newstest2014") for side in ("en", "de")
+    ]
+    if all(file.is_file() for file in files):
+        sides = [[], []]
+        for file in files:
+            side = sides[file.suffix == ".de"]
+            side += [
+                max(1, round(1.3 * len(line.split()))) + 1 for line in file.read_text("utf-8").splitlines()
+            ]
+        return sides[0], sides[1], "newstest2013/2014"
+    rng = random.Random(0)
+    src = [min(200, max(2, round(rng.lognormvariate(3.2, 0.5)))) for _ in range(6000)]
+    return src, [max(2, round(length * rng.uniform(0.8, 1.3))) for length in src], "synthetic"
+
+
+def batches_of(
+    lengths: tuple[list[int], list[int]], max_tokens: int, count: int, buckets: bool = True
+) -> list[dict]:
+    """The first `count` token-budget batches (Section 5.1) of pairs of those lengths, random ids, padded to
+    their buckets as `train --length-buckets` pads them (`buckets`), else to their longest as `train`
+    does."""
+    src, tgt = lengths
+    rng = torch.Generator().manual_seed(0)
+    batches = []
+    for indices in list(TokenBudgetBatchSampler(src, tgt, max_tokens=max_tokens, seed=0))[:count]:
+        batch = {}
+        for key, side in (("input_ids", src), ("labels", tgt)):
+            ids = torch.full((len(indices), max(side[i] for i in indices)), PAD)
+            for row, i in enumerate(indices):
+                ids[row, : side[i]] = torch.randint(3, 64, (side[i],), generator=rng)
+            batch[key] = ids
+        batch["attention_mask"] = (batch["input_ids"] != PAD).long()
+        batch["labels"] = batch["labels"].masked_fill(batch["labels"] == PAD, -100)
+        batches.append(pad_to_buckets(batch, PAD) if buckets else batch)
+    return batches
+
+
+def with_decoder_inputs(model, batch: dict) -> dict:
+    return {**batch, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(batch["labels"])}
+
+
+def test_no_graph_break_and_no_recompilation_over_newstest_length_batches():
+    """The compiled step (model, loss, backward) in one graph; 100 newstest-length batches after the first
+    compile at most one more per bucket shape (in fact none: the batch dimensions are dynamic), and 20 more
+    batches padded only to their longest none either."""
+    src, tgt, origin = newstest_like_lengths()
+    batches = batches_of((src, tgt), max_tokens=600, count=101)
+    shapes = {(b["input_ids"].shape[1], b["labels"].shape[1]) for b in batches}
+    assert len({b["input_ids"].shape[0] for b in batches}) > 10, "token-budget batches vary in pairs"
+    assert all(length == bucket_length(length) for shape in shapes for length in shape)
+    unbucketed = batches_of((src[::-1], tgt[::-1]), max_tokens=600, count=20, buckets=False)
+    assert any(b["input_ids"].shape[1] != bucket_length(b["input_ids"].shape[1]) for b in unbucketed)
+    batches += unbucketed
+    model = tiny_model(vocab_size=64, max_position_embeddings=256, pad_token_id=PAD).train()
+    step = CompiledTrainingLoss(0.1, max_length=256, backend="aot_eager")
+    with compiled_regions(model):
+        for index, batch in enumerate(batches):
+            step(model, with_decoder_inputs(model, batch), None).backward()
+            if index == 0:
+                first_compiles = counters["stats"]["unique_graphs"]
+    assert dict(counters["graph_break"]) == {}, origin
+    assert first_compiles == 1
+    recompiles = counters["stats"]["unique_graphs"] - first_compiles
+    assert recompiles <= len(shapes), (origin, recompiles, len(shapes))
+    # A batch of one pair is the only shape that a dynamic dimension cannot cover.
+    assert recompiles <= any(b["input_ids"].shape[0] == 1 for b in batches), (origin, recompiles)
+
+
+def test_past_the_recompile_limit_the_step_fails_rather_than_running_eagerly():
+    model = tiny_model(vocab_size=64, pad_token_id=PAD).train()
+    step = CompiledTrainingLoss(0.1, backend="eager")
+    batch = batches_of(([9] * 40, [9] * 40), max_tokens=100, count=1)[0]
+    with torch._dynamo.config.patch(recompile_limit=1):
+        step(model, with_decoder_inputs(model, batch), None)
+        model.eval()  # dropout off: a guard that the compiled graph fails
+        with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit):
+            step(model, with_decoder_inputs(model, batch), None)
+
+
+def test_regions_are_marked_while_training_only():
+    model = tiny_model()
+    layers = [module for module in model.modules() if isinstance(module, REGION_CLASSES)]
+    assert len(layers) == 4
+    with compiled_regions(model):
+        assert all("forward" in vars(layer) for layer in layers)
+        marked = {type(layer): vars(layer)["forward"].__func__ for layer in layers}
+        assert len(set(marked.values())) == 2  # one marked forward per class, shared by its layers
+    assert not any("forward" in vars(layer) for layer in layers)
+
+
+@pytest.mark.parametrize("regional", [False, True])
+def test_compiled_steps_train_as_eager_steps(regional):
+    """Three SGD steps of a tiny model (no dropout, whose masks compiled code draws its own way): the same
+    losses and weights, eager against compiled (forward, label-smoothed loss and backward by AOTAutograd)."""
+    batches = batches_of(newstest_like_lengths()[:2], max_tokens=300, count=3)
+    results = []
+    for compiled in (False, True):
+        model = tiny_model(vocab_size=64, max_position_embeddings=256, pad_token_id=PAD, **NO_DROPOUT).train()
+        # SGD: Adam would turn rounding-level differences of near-zero gradients into whole steps.
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        step = CompiledTrainingLoss(0.1, backend="aot_eager") if compiled else None
+        losses = []
+        with compiled_regions(model) if compiled and regional else nullcontext():
+            for batch in batches:
+                inputs = with_decoder_inputs(model, batch)
+                if step is None:
+                    logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+                    loss = label_smoothed_cross_entropy(logits, inputs["labels"], 0.1)
+                else:
+                    loss = step(model, inputs, None)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                losses.append(loss.detach())
+        results.append((torch.stack(losses), [p.detach().clone() for p in model.parameters()]))
+    (eager_losses, eager_weights), (compiled_losses, compiled_weights) = results
+    torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-5, atol=1e-6)
+    for compiled_weight, eager_weight in zip(compiled_weights, eager_weights):
+        torch.testing.assert_close(compiled_weight, eager_weight, rtol=1e-4, atol=1e-5)
+
+
+def test_a_compiled_trainer_trains_as_an_eager_one(tmp_path):
+    """The Trainer's training steps through the compiled forward and loss (and its evaluation eager):
+    the same logged losses as without, and the layers' marks gone after training."""
+    tokenizer = word_tokenizer()
+    pairs = reverse_task(64, seed=1)
+    dataset = Dataset.from_dict({"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs]}).map(
+        lambda row: tokenizer(row["src"], text_target=row["tgt"]), remove_columns=["src", "tgt"]
+    )
+    losses = []
+    for compiled in (False, True):
+        model = tiny_model(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **NO_DROPOUT)
+        arguments = Seq2SeqTrainingArguments(
+            output_dir=str(tmp_path / str(compiled)), max_steps=3, per_device_train_batch_size=16,
+            logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", eval_strategy="steps",
+            eval_steps=3, logging_nan_inf_filter=not compiled,
+        )  # fmt: skip
+        trainer = LabelSmoothedSeq2SeqTrainer(
+            model=model.train(),
+            args=arguments,
+            train_dataset=dataset,
+            eval_dataset=dataset.select(range(8)),
+            data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+            label_smoothing=0.1,
+            compiled_loss=CompiledTrainingLoss(0.1, backend="aot_eager") if compiled else None,
+        )
+        trainer.train()
+        history = trainer.state.log_history
+        losses.append([entry["loss"] for entry in history if "loss" in entry])
+        losses.append([entry["eval_loss"] for entry in history if "eval_loss" in entry])
+        assert not any(
+            "forward" in vars(layer) for layer in model.modules() if isinstance(layer, REGION_CLASSES)
+        )
+    assert len(losses[0]) == 3 and len(losses[1]) == 1
+    assert losses[2] == pytest.approx(losses[0], rel=1e-4)
+    assert losses[3] == pytest.approx(losses[1], rel=1e-4)
+
+
+def test_the_compile_cache_carries_what_was_compiled(tmp_path):
+    """Inductor's code for a small function saved in a run's folder, and loaded from it."""
+    cache = CompileCache(tmp_path)
+    assert not cache.load()
+    torch.compile(lambda x: torch.sin(x) * 2 + 1)(torch.randn(8))
+    cache.save()
+    assert (tmp_path / "compile_cache.bin").stat().st_size > 0
+    info = torch.compiler.load_cache_artifacts((tmp_path / "compile_cache.bin").read_bytes())
+    assert info is not None and info.inductor_artifacts
+    assert cache.load()
+    (tmp_path / "compile_cache.bin").write_bytes(b"not a cache")
+    assert not cache.load()  # a warning, and the run compiles anew
+
+
+class DescribedBar(tqdm):
+    """A tqdm bar that remembers the descriptions it showed."""
+
+    descriptions: list[str] = []
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        DescribedBar.descriptions.append(desc)
+        super().set_description(desc, refresh)
+
+
+def test_train_compile_shows_the_compile_and_saves_its_cache(corpus, tmp_path, monkeypatch, caplog):  # noqa: F811
+    """`train --compile` end to end (Inductor swapped for aot_eager, for speed): the bar says it compiles
+    until the first step ends, a line gives that step's time, and the run's folder keeps what was compiled
+    when there is any."""
+    monkeypatch.setattr(progress, "tqdm", DescribedBar)
+    monkeypatch.setattr(pipeline, "CompiledTrainingLoss", partial(CompiledTrainingLoss, backend="aot_eager"))
+    DescribedBar.descriptions = []
+    with caplog.at_level("INFO", logger="hf_vanilla_transformer"):
+        results = run_training(settings(corpus, tmp_path, compile=True, max_steps=2, save_steps=2))
+    assert results["steps"] == 2 and results["train_loss"] > 0
+    assert DescribedBar.descriptions[:2] == ["compiling the training step", ""]
+    assert "The first step, compiling the training step, took" in caplog.text
+    saved = torch.compiler.save_cache_artifacts()
+    assert (tmp_path / COMPILE_CACHE_FILE).is_file() == (saved is not None)
