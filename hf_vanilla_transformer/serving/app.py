@@ -16,9 +16,10 @@ key is needed), `GET /v1/stats` (what the batches held), the page at `/` and the
 Every error is JSON, {"error": ...}: 400 for a value out of range or a language pair or format the server
 lacks, 401/403 for a missing/wrong API key, 404 for no such endpoint or file, 405 for a method an endpoint
 does not take, 413 for a request over a size limit, 422 for a body that is not what its type says or a
-field of the wrong type, 429 with Retry-After for a client over its request rate, 501 for detection
-without its library, 503 with Retry-After when the queue is full. The protocol (`server`) adds 400 for a
-malformed request and 408 for one sent too slowly.
+field of the wrong type or not Unicode text, 429 with Retry-After for a client over its request rate,
+501 for detection without its library, 503 with Retry-After when the queue is full. The protocol
+(`server`) adds 400 for a malformed request, 408 for one sent too slowly and 503 for a connection beyond
+its cap. HEAD is answered wherever GET is.
 """
 
 import asyncio
