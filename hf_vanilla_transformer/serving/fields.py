@@ -77,8 +77,9 @@ def check_text(values: dict[str, Any], files: dict[str, Upload]) -> None:
     """Refuse (422) a request whose field names, texts (at any depth of a JSON body) or file names are not
     Unicode text: a lone surrogate, which cannot be encoded, nor translated, nor answered back. The error
     names the field (q, source, q[1], ...), and shows no more of the bad text than its code point."""
+    for name, upload in files.items():
+        _check_encodable(upload.filename, f"the file name in field {name}")
     pending: list[tuple[str | None, Any]] = [(None, values)]
-    pending += [(f"the file name of {name}", upload.filename) for name, upload in files.items()]
     while pending:  # a stack, not recursion: a JSON body may nest as deep as its parser allows
         name, value = pending.pop()
         if isinstance(value, str):
