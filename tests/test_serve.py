@@ -77,7 +77,7 @@ class RecordingApp:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] == "HEAD":  # an answer to HEAD has no body
             await self.app(scope, receive, send)
             return
         status, chunks = 0, []
@@ -151,8 +151,15 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     process.communicate(timeout=60)
 
 
-def post(url: str, path: str, body: dict | str | bytes, key: str | None = KEY, **kwargs) -> httpx.Response:
-    headers = {"X-API-Key": key} if key else {}
+def post(
+    url: str,
+    path: str,
+    body: dict | str | bytes,
+    key: str | None = KEY,
+    headers: dict | None = None,
+    **kwargs,
+) -> httpx.Response:
+    headers = {**({"X-API-Key": key} if key else {}), **(headers or {})}
     if isinstance(body, dict):
         response = httpx.post(f"{url}{path}", json=body, headers=headers, timeout=60, **kwargs)
     else:
@@ -174,10 +181,16 @@ class GatedTranslator(Translator):
 
 
 class InProcessServer:
-    """`create_app` served as the command serves it (`server_for`, with `timeouts`) in a thread of this
-    process, on a free port of 127.0.0.1, every error answer's shape checked."""
+    """`create_app` served as the command serves it (`server_for`, with `timeouts` and `server_options`) in a
+    thread of this process, on a free port of 127.0.0.1, every error answer's shape checked."""
 
-    def __init__(self, translator: Translator, settings: ServerSettings, timeouts: Timeouts | None = None):
+    def __init__(
+        self,
+        translator: Translator,
+        settings: ServerSettings,
+        timeouts: Timeouts | None = None,
+        server_options: dict | None = None,
+    ):
         self.translator = GatedTranslator(
             translator.model, translator.tokenizer, translator.target_tokenizer, translator.engine
         )
@@ -192,6 +205,7 @@ class InProcessServer:
             timeouts=timeouts,
             max_head_bytes=settings.limits.max_body_bytes,
             log_level="warning",
+            **(server_options or {}),
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -213,8 +227,10 @@ class InProcessServer:
         return httpx.get(f"{self.url}/v1/stats", timeout=10).json()
 
 
-def in_process(translator: Translator, timeouts: Timeouts | None = None, **settings) -> InProcessServer:
-    return InProcessServer(translator, ServerSettings("en", "de", **settings), timeouts)
+def in_process(
+    translator: Translator, timeouts: Timeouts | None = None, server_options: dict | None = None, **settings
+) -> InProcessServer:
+    return InProcessServer(translator, ServerSettings("en", "de", **settings), timeouts, server_options)
 
 
 def wait_for(condition, timeout: float = 30) -> None:
@@ -308,6 +324,49 @@ def test_native_api_splits_sentences(server: str, translator: Translator) -> Non
     assert shown[0]["text"] != alone(translator, text)[0].text  # each sentence by itself, then joined
 
 
+# Texts with nothing to translate: zero-width characters (space, non-joiner, joiner, word joiner, byte-order
+# mark), control characters and NUL bytes, a soft hyphen, alone or mixed with white space.
+NOTHING_TO_TRANSLATE = [
+    "\u200b", "\u200c\u200d", "\ufeff", "\u2060", "\x00", "\x00\x00\x01", " \u200b \u00ad\t", "\x7f\x1b",
+]  # fmt: skip
+
+
+def test_a_text_with_nothing_to_translate_gets_an_empty_translation_as_white_space_does(
+    translator: Translator,
+) -> None:
+    texts = ["   ", *NOTHING_TO_TRANSLATE]
+    for text in texts:
+        assert alone(translator, text)[0].text == ""  # the library's rule
+    with in_process(translator) as server:
+        answer = post(server.url, "/translate", {"q": texts, "source": "en", "target": "de"})
+        assert answer.json()["translatedText"] == [""] * len(texts)
+        for split in (False, True):
+            body = {"q": texts, "split_sentences": split}
+            results = post(server.url, "/v1/translate", body).json()["results"]
+            assert [result["translations"][0]["text"] for result in results] == [""] * len(texts)
+        # A text with words among zero-width characters is translated as its words are.
+        answer = post(server.url, "/translate", {"q": "w1\u200b w2\x00", "source": "en", "target": "de"})
+        assert answer.json()["translatedText"] == alone(translator, "w1\u200b w2\x00")[0].text != ""
+        refused = post(server.url, "/detect", {"q": "\u200b\x00"})
+        assert refused.status_code == 400 and "no text" in refused.json()["error"]
+
+
+def test_head_is_answered_wherever_get_is(translator: Translator) -> None:
+    with in_process(translator) as server:
+        schema = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
+        paths = [path for path, methods in schema["paths"].items() if "get" in methods and "{" not in path]
+        paths += ["/", "/docs", "/openapi.json", "/static/index.html", "/download_file/none", "/translate"]
+        assert {"/health", "/languages", "/v1/info"} <= set(paths)
+        for path in paths:
+            got = httpx.get(f"{server.url}{path}", timeout=10)
+            head = httpx.head(f"{server.url}{path}", timeout=10)
+            assert head.status_code == got.status_code != 405 or path == "/translate", path
+            assert head.headers.get("content-type") == got.headers.get("content-type"), path
+            assert head.headers.get("content-length") == got.headers.get("content-length"), path
+            assert head.content == b"", path
+        assert httpx.head(f"{server.url}/translate", timeout=10).headers["allow"] == "POST"
+
+
 # Limits and errors
 
 
@@ -355,6 +414,55 @@ def test_invalid_json_and_wrong_types_are_422_with_a_json_error(server: str, bod
     response = post(server, "/v1/translate", body)
     assert response.status_code == 422
     assert response.json()["error"]
+
+
+# Lone surrogates, which JSON's \\u escapes can carry, wherever a text goes: (endpoint, body, the field the
+# error names).
+NOT_TEXT = [
+    ("/translate", b'{"q": "w1", "source": "\\ud800", "target": "de"}', "source"),
+    ("/translate", b'{"q": "w1", "source": "en", "target": "\\udfff"}', "target"),
+    ("/translate", b'{"q": ["w1", "w2\\ud83d"], "source": "en", "target": "de"}', "q[1]"),
+    ("/translate", b'{"q": "w1", "source": "en", "target": "de", "format": "\\ud800"}', "format"),
+    ("/translate", b'{"q": "w1", "source": "en", "target": "de", "alternatives": "\\ud800"}', "alternatives"),
+    ("/translate", b'{"q": "w1", "source": "en", "target": "de", "x": {"y": ["\\ud800"]}}', "x.y[0]"),
+    (
+        "/translate",
+        b'{"q": "w1", "source": "en", "target": "de", "\\ud800": 1}',
+        "a field name in the request",
+    ),
+    ("/v1/translate", b'{"q": "w1", "source": "\\ud800"}', "source"),
+    ("/v1/translate", b'{"q": "\\udc00w1"}', "q"),
+    ("/detect", b'{"q": "\\ud800"}', "q"),
+    ("/translate_file", b'{"source": "en", "target": "\\ud800"}', "target"),
+]
+
+
+@pytest.mark.parametrize("path, body, name", NOT_TEXT)
+def test_a_lone_surrogate_in_any_field_is_422_naming_the_field(
+    server: str, path: str, body: bytes, name: str
+) -> None:
+    response = post(server, path, body)
+    assert response.status_code == 422, response.text
+    assert f"{name} is not valid text" in response.json()["error"]
+
+
+def test_a_lone_surrogate_in_the_api_key_field_is_422_not_a_wrong_key(server: str) -> None:
+    body = b'{"q": "w1", "source": "en", "target": "de", "api_key": "\\ud800"}'
+    response = post(server, "/translate", body, key=None)
+    assert response.status_code == 422 and "api_key is not valid text" in response.json()["error"]
+
+
+def test_a_file_or_a_query_string_that_is_not_utf8_is_refused(server: str) -> None:
+    # A surrogate's UTF-8 bytes (ED A0 80) are not UTF-8 text, in a file as in a URL.
+    files = {"file": ("notes.txt", b"w1 w2\n\xed\xa0\x80\n")}
+    fields = {"source": "en", "target": "de"}
+    response = httpx.post(
+        f"{server}/translate_file", data=fields, files=files, headers={"X-API-Key": KEY}, timeout=60
+    )
+    check_error_shape(response.status_code, response.content, "POST /translate_file")
+    assert response.status_code == 400 and "line 2: not valid UTF-8" in response.json()["error"]
+    response = post(server, "/translate?q=w1&source=%ED%A0%80&target=de", b"")
+    assert response.status_code == 422
 
 
 def test_libretranslate_ignores_fields_it_does_not_know_and_no_field_names_a_file(
@@ -505,6 +613,26 @@ def test_without_api_keys_a_made_up_key_gives_no_fresh_requests(translator: Tran
         assert post(server.url, "/translate", body, key="second").status_code == 429
 
 
+def test_x_forwarded_for_is_ignored_unless_the_proxy_is_trusted(translator: Translator) -> None:
+    """Without trusted proxies every request from this machine is this machine's, whatever X-Forwarded-For
+    says; with 127.0.0.1 trusted, each forwarded address has a bucket of its own."""
+    body = {"q": "w1", "source": "en", "target": "de"}
+
+    def statuses(server: InProcessServer, addresses: list[str]) -> list[int]:
+        forwarded = [{"X-Forwarded-For": address} for address in addresses]
+        return [post(server.url, "/translate", body, headers=each).status_code for each in forwarded]
+
+    others = [f"203.0.113.{number}" for number in range(6)]
+    with in_process(translator, requests_per_minute=3) as server:
+        assert statuses(server, others) == [200] * 3 + [429] * 3
+    trusted = {"forwarded_allow_ips": "127.0.0.1"}
+    with in_process(translator, server_options=trusted, requests_per_minute=3) as server:
+        assert statuses(server, others) == [200] * 6
+        assert statuses(server, ["198.51.100.7"] * 4) == [200] * 3 + [429]
+        # The proxy adds the address it saw last: one a client writes before it is not taken.
+        assert statuses(server, ["198.51.100.8, 198.51.100.7"]) == [429]
+
+
 def test_the_server_listens_on_loopback_only_by_default(model_dir: Path) -> None:
     from hf_vanilla_transformer.commands import serve
 
@@ -523,6 +651,23 @@ def test_command_refusals_are_one_line(model_dir: Path, tmp_path: Path) -> None:
             (
                 ["--model", str(model_dir), "--port", free, "--api-keys", str(tmp_path / "none.txt")],
                 "none.txt",
+            ),
+            (["--model", str(model_dir), "--port", free, "--proxy-headers"], "go together"),
+            (
+                ["--model", str(model_dir), "--port", free, "--forwarded-allow-ips", "127.0.0.1"],
+                "go together",
+            ),
+            (
+                [
+                    "--model",
+                    str(model_dir),
+                    "--port",
+                    free,
+                    "--proxy-headers",
+                    "--forwarded-allow-ips",
+                    "a.b",
+                ],
+                "'a.b' is not an IP address",
             ),
         ]
         for args, message in cases:

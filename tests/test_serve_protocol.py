@@ -1,12 +1,17 @@
 """The translation server against clients that send slowly, partly or badly, over raw sockets on 127.0.0.1:
 headers and bodies that do not arrive in time are answered 408, requests that cannot be parsed 400, unknown
-endpoints 404 and wrong methods 405, all as {"error": ...}; SIGTERM drains the requests in flight and exits
-0 whatever such clients do. The servers run with timeouts of a second or two, so the tests stay short.
+endpoints 404 and wrong methods 405, connections beyond the cap 503, all as {"error": ...}; SIGTERM drains
+the requests in flight and exits 0 whatever such clients do, and a second signal ends the process at once.
+The servers run with timeouts of a second or two, so the tests stay short.
 """
 
 import json
+import os
+import resource
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,13 +29,14 @@ from test_serve import (  # noqa: F401 (the fixtures: every_error_has_one_shape 
     start_command,
     translator_fixture,
     wait_for,
+    wait_until_up,
 )
 
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
 pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
 
 from hf_vanilla_transformer.inference.translator import Translator  # noqa: E402
-from hf_vanilla_transformer.serving import Timeouts  # noqa: E402
+from hf_vanilla_transformer.serving import Timeouts, default_max_connections  # noqa: E402
 
 SHORT = Timeouts(header_s=1.0, body_s=1.5, keep_alive_s=5.0, shutdown_s=10.0)
 # How long a test waits for an answer before it calls the server stuck: far beyond any limit under test.
@@ -41,6 +47,30 @@ PATIENCE_S = 30
 def server(translator: Translator) -> Iterator[str]:
     with in_process(translator, timeouts=SHORT) as running:
         yield running.url
+
+
+@pytest.fixture(scope="module")
+def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained model over the words w0-w15 whose beam search may not end a translation before its
+    300th token: a text of 300 words decodes for seconds, a translation in flight as long as a test needs."""
+    torch = pytest.importorskip("torch")
+    from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
+    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+
+    folder = tmp_path_factory.mktemp("slow-model")
+    tokenizer = tokenizer_from_fairseq_dictionary(
+        ["<s>", "<pad>", "</s>", "<unk>"] + [f"w{i}" for i in range(16)]
+    )
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig.from_preset(
+        "base", vocab_size=len(tokenizer), d_model=32, N=1, h=2, d_ff=32, max_position_embeddings=512
+    )
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    model.generation_config = paper_generation_config(config, min_new_tokens=300)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def connect(url: str) -> socket.socket:
@@ -218,3 +248,74 @@ def test_sigterm_answers_503_what_cannot_finish_in_time(translator: Translator) 
             response = answer.result()
             running.translator.gate.set()
     assert response.status_code == 503 and int(response.headers["retry-after"]) >= 1
+
+
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT] * 2, ids=lambda sig: sig.name)
+def test_a_second_signal_ends_the_server_at_once_while_a_long_translation_decodes(
+    slow_model: Path, second: signal.Signals
+) -> None:
+    """SIGTERM, then SIGTERM or SIGINT again 0.3 s later, while a translation of seconds decodes: the process
+    ends within seconds of the second signal with 0 (SIGTERM) or 130 (SIGINT) and one line saying so, never
+    with a traceback or an abort (which a server stopped so ended with, every time). Twice a signal."""
+    process, url = start_command(slow_model, "--shutdown-timeout", "60")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            body = {"q": " ".join(["w1"] * 300), "source": "en", "target": "de"}
+            answer = pool.submit(httpx.post, f"{url}/translate", json=body, timeout=PATIENCE_S)
+            wait_for(lambda: httpx.get(f"{url}/health", timeout=PATIENCE_S).json()["decoding"] == 1)
+            process.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            signalled = time.monotonic()
+            process.send_signal(second)
+            _, stderr = process.communicate(timeout=PATIENCE_S)
+            assert time.monotonic() - signalled < 5
+            assert process.returncode == (130 if second == signal.SIGINT else 0), stderr
+            assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
+            last = stderr.splitlines()[-1]
+            assert last == f"{second.name} again: stopping now, without answering the requests in flight."
+            with pytest.raises(httpx.TransportError):  # cut off: nothing is left to answer it
+                answer.result()
+    finally:
+        process.kill()
+
+
+# Connections
+
+
+def test_connections_beyond_the_cap_are_answered_503_in_json(translator: Translator) -> None:
+    with in_process(translator, timeouts=SHORT, server_options={"max_connections": 3}) as running:
+        connections = running.server.server_state.connections
+        wait_for(lambda: not connections)  # the check that the server was up has hung up
+        held = [connect(running.url) for _ in range(3)]
+        wait_for(lambda: len(connections) == 3)
+        for _ in range(2):  # refused, whether or not it sends its request first
+            refused = connect(running.url)
+            refused.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            status, headers, body = read_answer(refused)
+            refused.close()
+            assert status == 503 and headers["retry-after"] == "1" and headers["connection"] == "close"
+            assert "(3)" in json.loads(body)["error"]
+        # The connections held are served, and once one closes, a new one is.
+        held[0].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert read_answer(held[0])[0] == 200
+        held[0].close()
+        wait_for(lambda: len(connections) == 2)
+        assert httpx.get(f"{running.url}/health", timeout=PATIENCE_S).status_code == 200
+        for connection in held[1:]:
+            connection.close()
+
+
+def test_the_default_cap_on_connections_is_half_the_open_file_limit_where_memory_allows() -> None:
+    """With `ulimit -n 200` (and far more memory than 100 connections need), the cap is 100; a process with
+    more files is capped by a quarter of the memory at two requests' worth each."""
+
+    def capped_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    code = "from hf_vanilla_transformer.serving import default_max_connections as d; print(d(126560))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=capped_files, timeout=300
+    )
+    assert result.stdout.strip() == "100", result.stderr
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert default_max_connections(memory) == 1  # a request as large as the memory: one connection

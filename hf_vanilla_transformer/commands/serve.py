@@ -6,8 +6,11 @@ page that shows the attention, with requests batched together as they arrive.
 
 The server listens on 127.0.0.1 (this machine only) unless --host says otherwise; open http://127.0.0.1:8000/
 for the page and /docs for the API. A client has --header-timeout seconds for a request's headers and
---body-timeout for its body, then is answered 408. SIGTERM or Ctrl-C stops it once the requests in flight
-are answered (--shutdown-timeout at most), with exit status 0. docs/serve.md shows the API with curl.
+--body-timeout for its body, then is answered 408; an idle connection is closed after --keep-alive-timeout,
+and one beyond --max-connections is answered 503. SIGTERM or Ctrl-C stops it once the requests in flight
+are answered (--shutdown-timeout at most), with exit status 0; a second one stops it at once (0, or 130
+for Ctrl-C). X-Forwarded-For is read only with --proxy-headers, from the --forwarded-allow-ips proxies.
+docs/serve.md shows the API with curl.
 """
 
 import argparse
@@ -113,6 +116,31 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         help="seconds a client has to send a request's body once its headers are in; then 408",
     )
     parser.add_argument(
+        "--keep-alive-timeout",
+        type=positive_float,
+        default=5.0,
+        help="seconds an idle connection is kept open for its client's next request",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=positive_int,
+        help="connections open at once at most; more are answered 503 (default: half the open-file limit, "
+        "ulimit -n, and no more than a quarter of the memory holds at twice the largest request each)",
+    )
+    parser.add_argument(
+        "--proxy-headers",
+        action="store_true",
+        help="behind a reverse proxy: take a request's address (for --req-limit) and scheme from the "
+        "X-Forwarded-For and X-Forwarded-Proto headers of the proxies --forwarded-allow-ips names "
+        "(default: the peer's address; the headers are ignored)",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="with --proxy-headers: the comma-separated addresses or networks of the proxies to trust, "
+        "such as 127.0.0.1 or 10.0.0.0/8, or * for any (default: none)",
+    )
+    parser.add_argument(
         "--shutdown-timeout",
         type=positive_float,
         default=30.0,
@@ -149,7 +177,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         Timeouts,
         check_port,
         create_app,
+        default_max_connections,
         is_loopback,
+        parse_forwarded_allow_ips,
         parse_origins,
         read_api_keys,
         recorded_languages,
@@ -162,6 +192,12 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         keys = ApiKeys(read_api_keys(args.api_keys)) if args.api_keys else ApiKeys()
         recorded = recorded_languages(args.model)
         cors = parse_origins(args.cors) if args.cors is not None else frozenset()
+        proxies = parse_forwarded_allow_ips(args.forwarded_allow_ips) if args.forwarded_allow_ips else None
+    if args.proxy_headers != (proxies is not None):
+        parser.error(
+            "--proxy-headers and --forwarded-allow-ips go together: the first reads X-Forwarded-For, the "
+            "second names the proxies it is read from (e.g. --forwarded-allow-ips 127.0.0.1)."
+        )
     languages = (args.source_lang, args.target_lang)
     if None in languages:
         if recorded is None:
@@ -202,15 +238,23 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         args.port,
     )
     timeouts = Timeouts(
-        header_s=args.header_timeout, body_s=args.body_timeout, shutdown_s=args.shutdown_timeout
+        header_s=args.header_timeout,
+        body_s=args.body_timeout,
+        keep_alive_s=args.keep_alive_timeout,
+        shutdown_s=args.shutdown_timeout,
     )
+    max_bytes = settings.limits.max_body_bytes
+    max_connections = args.max_connections or default_max_connections(max_bytes)
+    log.info("taking %d connections at most", max_connections)
     server_for(
         app,
         host=args.host,
         port=args.port,
         timeouts=timeouts,
-        max_head_bytes=settings.limits.max_body_bytes,
+        max_head_bytes=max_bytes,
         log_level=args.log_level,
+        max_connections=max_connections,
+        forwarded_allow_ips=proxies,
     ).run()
 
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pysbd
 
+from .blank import is_blank
 from .hypotheses import Hypothesis, Translation
 
 SPLITTER_LANGUAGES = tuple(sorted(pysbd.languages.LANGUAGE_CODES))
@@ -29,11 +30,11 @@ def check_language(language: str) -> None:
 
 
 def split_sentences(text: str, language: str = "en") -> list[str]:
-    """The sentences of `text` in order, stripped, blank ones left out. A fresh segmenter each call: pysbd's
-    keeps the text it works on, so one shared by concurrent calls would mix them."""
+    """The sentences of `text` in order, stripped, blank ones (`blank.is_blank`) left out. A fresh segmenter
+    each call: pysbd's keeps the text it works on, so one shared by concurrent calls would mix them."""
     check_language(language)
     segmenter = pysbd.Segmenter(language=language, clean=False)
-    return [sentence.strip() for sentence in segmenter.segment(text) if sentence.strip()]
+    return [sentence.strip() for sentence in segmenter.segment(text) if not is_blank(sentence)]
 
 
 def join_sentences(source: str, parts: list[Translation]) -> Translation:

@@ -20,6 +20,7 @@ from ..cpu_speedups import with_nn_linear_layers
 from ..generation_vanilla_transformer import length_penalty, output_length_offset
 from ..translation_pipeline import find_target_tokenizer
 from .alignment import align
+from .blank import is_blank
 from .hypotheses import Hypothesis, Translation
 from .scoring import end_token_id, model_positions, token_log_probs
 
@@ -124,8 +125,9 @@ def translate_n_best(
     search, Section 6.1, for models trained or published by this package) unless `generate_kwargs`
     override it; with sampling (`do_sample=True`), the n best are `n_best` independent samples, ranked.
     Outputs are decoded with `target_tokenizer` when given (separate target vocabulary, see
-    `load_tokenizers`), else with `tokenizer`. A blank sentence (empty or only whitespace) translates to an
-    empty hypothesis without reaching the model, which would otherwise decode a sentence from nothing.
+    `load_tokenizers`), else with `tokenizer`. A blank sentence (`blank.is_blank`: empty, or only white
+    space, control or zero-width characters) translates to an empty hypothesis without reaching the model,
+    which would otherwise decode a sentence from nothing.
 
     Each hypothesis' `log_prob` is the model's log P(y | x), recomputed by forced decoding of the output
     (`scoring.token_log_probs`); its `score` divides it by the length penalty the beam search ranks by
@@ -139,7 +141,7 @@ def translate_n_best(
     check_n_best(model, n_best, generate_kwargs)
     texts = list(sentences)
     results: list[Translation] = [Translation(text, [Hypothesis("")]) for text in texts]
-    kept = [i for i, text in enumerate(texts) if text.strip()]
+    kept = [i for i, text in enumerate(texts) if not is_blank(text)]
     numbers = list(line_numbers) if line_numbers is not None else list(range(1, len(texts) + 1))
     encoded, truncated = encode_sources(
         model, tokenizer, [texts[i] for i in kept], [numbers[i] for i in kept]

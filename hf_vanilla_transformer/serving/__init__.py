@@ -12,7 +12,15 @@ from .batcher import Batcher, QueueFull, Scheduler
 from .iteration_scheduler import IterationScheduler
 from .limits import ApiKeys, Limits, Refusal, RequestRate, read_api_keys
 from .middleware import parse_origins
-from .server import Timeouts, check_port, is_loopback, recorded_languages, server_for
+from .server import (
+    Timeouts,
+    check_port,
+    default_max_connections,
+    is_loopback,
+    parse_forwarded_allow_ips,
+    recorded_languages,
+    server_for,
+)
 
 __all__ = [
     "SCHEDULERS",
@@ -28,7 +36,9 @@ __all__ = [
     "Timeouts",
     "check_port",
     "create_app",
+    "default_max_connections",
     "is_loopback",
+    "parse_forwarded_allow_ips",
     "parse_origins",
     "read_api_keys",
     "recorded_languages",

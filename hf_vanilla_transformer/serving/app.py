@@ -17,9 +17,10 @@ key is needed), `GET /v1/stats` (what the batches held), the page at `/` and the
 Every error is JSON, {"error": ...}: 400 for a value out of range or a language pair or format the server
 lacks, 401/403 for a missing/wrong API key, 404 for no such endpoint or file, 405 for a method an endpoint
 does not take, 413 for a request over a size limit, 422 for a body that is not what its type says or a
-field of the wrong type, 429 with Retry-After for a client over its request rate, 501 for detection
-without its library, 503 with Retry-After when the queue is full. The protocol (`server`) adds 400 for a
-malformed request and 408 for one sent too slowly.
+field of the wrong type or not Unicode text, 429 with Retry-After for a client over its request rate,
+501 for detection without its library, 503 with Retry-After when the queue is full. The protocol
+(`server`) adds 400 for a malformed request, 408 for one sent too slowly and 503 for a connection beyond
+its cap. HEAD is answered wherever GET is.
 """
 
 import asyncio
@@ -41,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..common import text_lines
 from ..inference import sentence_splitting
+from ..inference.blank import is_blank
 from ..inference.hypotheses import Translation
 from ..inference.iteration_batching import unsupported
 from ..inference.translator import Translator
@@ -50,7 +52,7 @@ from .fields import FORM, MULTIPART, ClientGone, Fields, read_fields
 from .files import TranslatedFiles
 from .iteration_scheduler import IterationScheduler
 from .limits import ApiKeys, Limits, Refusal, RequestRate
-from .middleware import AnswerWhenStopped, Cors
+from .middleware import AnswerWhenStopped, Cors, HeadAsGet
 from .schemas import DetectRequest, LibreTranslateRequest, TranslateFileRequest, TranslateRequest
 
 logger = logging.getLogger(__name__)
@@ -157,8 +159,9 @@ def api_key(request: Request, data: dict[str, Any]) -> str | None:
 
 
 def client_name(request: Request, key: str | None) -> str:
-    """Who sends `request`, for its request rate: the API `key` it was let in with, else its address (behind
-    a reverse proxy on this machine, the address the proxy names in X-Forwarded-For, as uvicorn reads it)."""
+    """Who sends `request`, for its request rate: the API `key` it was let in with, else its address: the
+    peer's, or behind a proxy that `--proxy-headers` and `--forwarded-allow-ips` trust, the address it names
+    in X-Forwarded-For."""
     if key is not None:
         return f"key {key}"
     return f"address {request.client.host if request.client else 'unknown'}"
@@ -213,6 +216,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     if settings.cors:
         app.add_middleware(Cors, origins=settings.cors)
     app.add_middleware(AnswerWhenStopped)
+    app.add_middleware(HeadAsGet)
 
     @app.exception_handler(Refusal)
     async def refused(request: Request, error: Refusal) -> JSONResponse:
@@ -269,7 +273,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         """Each text's sentences; a text whole (if not blank) where the source language has no splitter."""
         if splittable:
             return [sentence_splitting.split_sentences(text, settings.source_lang) for text in texts]
-        return [[text.strip()] if text.strip() else [] for text in texts]
+        return [[] if is_blank(text) else [text.strip()] for text in texts]
 
     async def translated(request: Request, segments: list[str], options: Options) -> list[Translation]:
         """`segments` translated in the batches to come, or `ClientGone` once the client goes away."""
@@ -403,8 +407,8 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             )
         text = "\n".join(_texts(validated(DetectRequest, fields.values).q))
         settings.limits.check_characters(len(text))
-        if not text.strip():
-            raise Refusal(400, "q is empty: send the text whose language to detect.")
+        if is_blank(text):
+            raise Refusal(400, "q holds no text: send the text whose language to detect.")
         return detector.ranked(text)
 
     @app.post(

@@ -3,7 +3,9 @@ and a JSON object, a form (urlencoded) or a multipart form body. The body's fiel
 
 In a form or a query string a repeated `q` is a list of texts, and a text's line ends are "\\n" (a browser
 sends a text area's as "\\r\\n"), so that its characters count as LibreTranslate counts them. The body is
-read up to a byte cap, and refused (413) before it is read whole where it declares more.
+read up to a byte cap, and refused (413) before it is read whole where it declares more. Every text a
+request holds, each field's name and value and a file's name, is checked here to be Unicode text: JSON's
+"\\ud800" escapes can carry a lone surrogate, which no text may hold (422, naming the field).
 """
 
 import json
@@ -71,6 +73,40 @@ def _urlencoded(data: bytes, what: str) -> list[tuple[str, str]]:
         raise Refusal(422, f"the {what} is not form fields: {str(error)[:200]}") from None
 
 
+def check_text(values: dict[str, Any], files: dict[str, Upload]) -> None:
+    """Refuse (422) a request whose field names, texts (at any depth of a JSON body) or file names are not
+    Unicode text: a lone surrogate, which cannot be encoded, nor translated, nor answered back. The error
+    names the field (q, source, q[1], ...), and shows no more of the bad text than its code point."""
+    for name, upload in files.items():
+        _check_encodable(upload.filename, f"the file name in field {name}")
+    pending: list[tuple[str | None, Any]] = [(None, values)]
+    while pending:  # a stack, not recursion: a JSON body may nest as deep as its parser allows
+        name, value = pending.pop()
+        if isinstance(value, str):
+            _check_encodable(value, f"field {name}")
+        elif isinstance(value, list):
+            pending += [(f"{name}[{index}]", item) for index, item in enumerate(value)]
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                _check_encodable(key, f"a field name in {name or 'the request'}")
+                pending.append((key if name is None else f"{name}.{key}", item))
+
+
+def _check_encodable(text: str, what: str) -> None:
+    """Refuse (422) `text`, `what` the request calls it, if it holds a lone surrogate."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise Refusal(
+            422,
+            f"{what} is not valid text: it holds a lone surrogate (U+{ord(text[error.start]):04X}) at "
+            f"character {error.start}; send UTF-8 text (in JSON, a \\ud800-\\udbff escape must be "
+            "followed by a \\udc00-\\udfff one).",
+        ) from None
+
+
 async def read_body(request: Request, cap: int) -> bytes:
     """The body of `request`, refused (413) once it is over `cap` bytes, or before it is read where its
     Content-Length says so."""
@@ -109,7 +145,8 @@ async def _multipart(request: Request, body: bytes) -> Fields:
 
 async def read_fields(request: Request, cap: int) -> Fields:
     """The parameters of `request`: its query string's, updated with its body's (a JSON object, a form or a
-    multipart form; an empty body adds none). A body that is not what its type says is a 422."""
+    multipart form; an empty body adds none). A body that is not what its type says, or a field that is not
+    text, is a 422."""
     query = _pairs_to_values(_urlencoded(request.scope["query_string"], "query string"))
     body = await read_body(request, cap)
     kind = content_type(request)
@@ -127,7 +164,19 @@ async def read_fields(request: Request, cap: int) -> Fields:
         if not isinstance(data, dict):
             raise Refusal(422, f"the body is a JSON {type(data).__name__}; send a JSON object.")
         fields = Fields(data)
-    return Fields({**query, **fields.values}, fields.files)
+    merged = Fields({**query, **fields.values}, fields.files)
+    check_text(merged.values, merged.files)
+    return merged
 
 
-__all__ = ["FORM", "MULTIPART", "ClientGone", "Fields", "Upload", "content_type", "read_body", "read_fields"]
+__all__ = [
+    "FORM",
+    "MULTIPART",
+    "ClientGone",
+    "Fields",
+    "Upload",
+    "check_text",
+    "content_type",
+    "read_body",
+    "read_fields",
+]

@@ -126,9 +126,7 @@ class ApiKeys:
                 "this server needs an API key: send it as 'Authorization: Bearer KEY', an X-API-Key header, "
                 "or the api_key field.",
             )
-        matches = [
-            hmac.compare_digest(key.encode("utf-8", "surrogatepass"), known.encode()) for known in self.keys
-        ]
+        matches = [hmac.compare_digest(key.encode(), known.encode()) for known in self.keys]
         if not any(matches):
             raise Refusal(403, "the API key is not one of this server's keys.")
 

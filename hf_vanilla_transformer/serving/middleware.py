@@ -1,5 +1,6 @@
-"""The ASGI layers around the server's app: cross-origin requests (`Cors`, for the origins `--cors` names)
-and the answer to a request still running when the server stops (`AnswerWhenStopped`)."""
+"""The ASGI layers around the server's app: cross-origin requests (`Cors`, for the origins `--cors` names),
+the answer to a request still running when the server stops (`AnswerWhenStopped`), and HEAD answered
+wherever GET is (`HeadAsGet`)."""
 
 import asyncio
 import json
@@ -136,4 +137,25 @@ class AnswerWhenStopped:
                 await send_json(send, 503, {"error": message}, {"retry-after": "5", "connection": "close"})
 
 
-__all__ = ["AnswerWhenStopped", "Cors", "parse_origins", "respond", "send_json"]
+class HeadAsGet:
+    """Answers a HEAD request as the same GET request would be answered, status and headers (Content-Length
+    included), without the body (RFC 9110, section 9.3.2): FastAPI's routes take only the methods they
+    name, so a HEAD to a page or a GET endpoint would be answered 405."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+__all__ = ["AnswerWhenStopped", "Cors", "HeadAsGet", "parse_origins", "respond", "send_json"]

@@ -3,17 +3,7 @@
 `POST /v1/translate`. None has a field that names a file on the server, a model or a path: the server
 translates with the one model it started with."""
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-
-def _utf8_text(value: str | list[str]) -> str | list[str]:
-    """Refuse text that cannot be UTF-8 (a lone surrogate, which JSON's \\uD800 escapes can carry)."""
-    for text in [value] if isinstance(value, str) else value:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("the text holds a lone surrogate, which is not Unicode text") from None
-    return value
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class LibreTranslateRequest(BaseModel):
@@ -30,8 +20,6 @@ class LibreTranslateRequest(BaseModel):
     alternatives: int = Field(0, ge=0, description="how many alternative translations besides the best")
     api_key: str | None = Field(None, description="an API key, where the server asks for one")
 
-    _text = field_validator("q")(_utf8_text)
-
 
 class DetectRequest(BaseModel):
     """LibreTranslate's `/detect` request: the text `q` (a list is taken as one text), and `api_key`."""
@@ -40,8 +28,6 @@ class DetectRequest(BaseModel):
 
     q: str | list[str] = Field(description="the text whose language to detect")
     api_key: str | None = Field(None, description="an API key, where the server asks for one")
-
-    _text = field_validator("q")(_utf8_text)
 
 
 class TranslateFileRequest(BaseModel):
@@ -71,8 +57,6 @@ class TranslateRequest(BaseModel):
     source: str | None = Field(None, description="the source language code (default: the model's)")
     target: str | None = Field(None, description="the target language code (default: the model's)")
     api_key: str | None = Field(None, description="an API key, where the server asks for one")
-
-    _text = field_validator("q")(_utf8_text)
 
 
 __all__ = ["DetectRequest", "LibreTranslateRequest", "TranslateFileRequest", "TranslateRequest"]

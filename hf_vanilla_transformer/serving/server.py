@@ -2,18 +2,28 @@
 not at all, the language pair a trained model records, and the checks made before a model loads (the port
 is free, the host is this machine's).
 
-uvicorn itself waits as long as a client likes for a request's headers and body, and answers a request it
-cannot parse in plain text. `GuardedH11Protocol` gives each request `Timeouts.header_s` for its headers and
-then `Timeouts.body_s` for its body, answers 408 in JSON when one runs out, and answers a malformed request
-400 in JSON, so that every answer has the server's one error shape. A SIGTERM or Ctrl-C stops the server
-once the requests in flight are answered (`Timeouts.shutdown_s` at most), and the process exits 0.
+uvicorn itself waits as long as a client likes for a request's headers and body, keeps as many connections
+open as the process may open files, and answers a request it cannot parse, or one over its own concurrency
+limit, in plain text. `GuardedH11Protocol` gives each request `Timeouts.header_s` for its headers and then
+`Timeouts.body_s` for its body, answers 408 in JSON when one runs out, answers a malformed request 400 in
+JSON, and answers a connection beyond `max_connections` 503 in JSON, so that every answer has the server's
+one error shape. A SIGTERM or Ctrl-C stops the server once the requests in flight are answered
+(`Timeouts.shutdown_s` at most), and the process exits 0; a second one ends it at once.
+
+uvicorn trusts X-Forwarded-For from 127.0.0.1 unless told otherwise, which would let any process on the
+machine pass for any address (and so escape a request rate): here the headers are read only where
+`server_for` is given `proxy_headers`, and only from the `forwarded_allow_ips` it names.
 """
 
 import asyncio
 import errno
 import ipaddress
 import json
+import os
+import resource
+import signal
 import socket
+import sys
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -29,6 +39,14 @@ from ..common.model_location import RESULTS_FILE, read_json_object
 LOOPBACK_HOSTS = ("localhost",)
 # Seconds a refused client has to read its answer before the connection closes.
 LINGER_S = 2.0
+# Seconds after which a client refused for want of a connection may try again.
+CONNECTIONS_RETRY_AFTER_S = 1
+# Of the process's open-file limit, the share connections may take: the rest is the server's own (the
+# model's files, uploads, logs, the worker's threads).
+CONNECTION_SHARE_OF_FILES = 0.5
+# Of the machine's memory, the share connections may take, at two bodies' worth each (the bytes read, and
+# the fields parsed from them).
+CONNECTION_SHARE_OF_MEMORY = 0.25
 
 
 @dataclass(frozen=True)
@@ -48,30 +66,74 @@ class Timeouts:
             raise ValueError("every timeout must be above 0 seconds.")
 
 
-def json_error_response(status: int, message: str) -> bytes:
-    """A whole HTTP/1.1 response of `status` with the body {"error": message}, closing the connection: what
-    the protocol sends where no request reached the app."""
+def json_error_response(status: int, message: str, retry_after: int | None = None) -> bytes:
+    """A whole HTTP/1.1 response of `status` with the body {"error": message} (and Retry-After where
+    given), closing the connection: what the protocol sends where no request reached the app."""
     body = json.dumps({"error": message}).encode()
+    retry = f"retry-after: {retry_after}\r\n" if retry_after is not None else ""
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\n{retry}connection: close\r\n\r\n"
     )
     return head.encode("ascii") + body
+
+
+def default_max_connections(bytes_per_request: int) -> int:
+    """The open connections a server takes at most unless told: half the process's open-file limit (the
+    soft limit, `ulimit -n`), and no more than a quarter of the machine's memory holds at two requests'
+    worth each (`bytes_per_request`: the largest request read), whichever is fewer; at least 1."""
+    files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    by_files = files * CONNECTION_SHARE_OF_FILES if files != resource.RLIM_INFINITY else float("inf")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    by_memory = memory * CONNECTION_SHARE_OF_MEMORY / (2 * bytes_per_request)
+    return max(1, int(min(by_files, by_memory)))
+
+
+def parse_forwarded_allow_ips(text: str) -> str:
+    """`--forwarded-allow-ips`: the comma-separated addresses and networks (such as 10.0.0.1 or
+    192.168.0.0/16, IPv4 or IPv6) of the proxies whose X-Forwarded-For is trusted, or "*" for any, as
+    uvicorn takes them; a ValueError names one that is neither."""
+    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+    if not entries:
+        raise ValueError("--forwarded-allow-ips: give the proxies' addresses, e.g. 127.0.0.1 or 10.0.0.0/8.")
+    for entry in entries:
+        if entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry) if "/" in entry else ipaddress.ip_address(entry)
+        except ValueError:
+            raise ValueError(
+                f"--forwarded-allow-ips: {entry!r} is not an IP address or network; write e.g. 127.0.0.1, "
+                "::1 or 10.0.0.0/8, comma-separated, or * for any."
+            ) from None
+    return ",".join(entries)
 
 
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a clock on each request: its headers must arrive within
     `timeouts.header_s` and its body within `timeouts.body_s` after them, or it is answered 408 (JSON) and
     the connection closed; a connection that sends nothing is closed. A request that cannot be parsed is
-    answered 400 (JSON). Subclassed per server by `guarded_protocol`, which sets `timeouts`."""
+    answered 400 (JSON). A connection that would make more than `max_connections` open is answered 503
+    (JSON, with Retry-After) as it opens, and closed. Subclassed per server by `guarded_protocol`, which
+    sets `timeouts` and `max_connections`."""
 
     timeouts = Timeouts()
+    max_connections: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._clock: asyncio.TimerHandle | None = None
         self._phase: str | None = None
         self._closing_after_answer = False
         super().connection_made(transport)
+        # uvicorn counts this connection among the server's open ones already.
+        if self.max_connections is not None and len(self.connections) > self.max_connections:
+            self._answer_and_close(
+                503,
+                f"the server holds as many connections as it takes ({self.max_connections}); retry in a "
+                "moment, or reuse an open connection.",
+                CONNECTIONS_RETRY_AFTER_S,
+            )
+            return
         self._watch()
 
     def data_received(self, data: bytes) -> None:
@@ -95,12 +157,12 @@ class GuardedH11Protocol(H11Protocol):
             "malformed, or its head is too long); send a well-formed HTTP/1.1 request.",
         )
 
-    def _answer_and_close(self, status: int, message: str) -> None:
+    def _answer_and_close(self, status: int, message: str, retry_after: int | None = None) -> None:
         """Send the JSON error and close the connection once the client has had time to read it: closed at
         once, with the client still sending, the connection would be reset and the answer lost."""
         self._stop_clock()
         self._closing_after_answer = True
-        self.transport.write(json_error_response(status, message))
+        self.transport.write(json_error_response(status, message, retry_after))
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
@@ -152,18 +214,34 @@ class GuardedH11Protocol(H11Protocol):
             )
 
 
-def guarded_protocol(timeouts: Timeouts) -> type[GuardedH11Protocol]:
-    """`GuardedH11Protocol` with `timeouts`."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"timeouts": timeouts})
+def guarded_protocol(timeouts: Timeouts, max_connections: int | None = None) -> type[GuardedH11Protocol]:
+    """`GuardedH11Protocol` with `timeouts`, taking at most `max_connections` (None: no limit)."""
+    attributes = {"timeouts": timeouts, "max_connections": max_connections}
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), attributes)
+
+
+def exit_status(sig: int) -> int:
+    """The status the process ends with when a signal stops it: 0 for SIGTERM (a stop asked for), 130 (128 +
+    2, as a shell reports an interrupted command) for SIGINT."""
+    return 128 + signal.SIGINT if sig == signal.SIGINT else 0
 
 
 class GracefulServer(uvicorn.Server):
     """uvicorn's server whose stop on SIGTERM or Ctrl-C ends the process with status 0: uvicorn raises the
-    signal again once it has stopped, which ends the process by the signal. A second signal stops it without
-    waiting for the requests in flight."""
+    signal again once it has stopped, which ends the process by the signal.
+
+    A second signal ends the process at once, with `exit_status` and one line on stderr, and without
+    Python's shutdown: that would cancel the requests' tasks mid-answer and tear down the interpreter under
+    the worker thread still decoding in torch, which aborts the process (SIGABRT)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.force_exit = self.should_exit
+        if self.should_exit:
+            name = signal.Signals(sig).name
+            # Python's buffered streams hold what was logged; nothing else is written past this point.
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os.write(2, f"{name} again: stopping now, without answering the requests in flight.\n".encode())
+            os._exit(exit_status(sig))
         self.should_exit = True
 
 
@@ -174,17 +252,24 @@ def server_for(
     timeouts: Timeouts | None = None,
     max_head_bytes: int = 64 * 1024,
     log_level: str = "info",
+    max_connections: int | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> GracefulServer:
     """The uvicorn server of `app` on `host`:`port`, with `timeouts`, accepting a request line and headers
-    of up to `max_head_bytes` (a query string carries a whole text for the clients that send it so);
-    `.run()` serves until SIGINT or SIGTERM. Each request is logged at log level "debug" only: under load
-    a line a request would drown the rest."""
+    of up to `max_head_bytes` (a query string carries a whole text for the clients that send it so) and
+    at most `max_connections` open connections (None: no limit). X-Forwarded-For and X-Forwarded-Proto
+    are read only from the proxies `forwarded_allow_ips` names (`parse_forwarded_allow_ips`; None: from
+    none). `.run()` serves until SIGINT or SIGTERM. Each request is logged at log level "debug" only: under
+    load a line a request would drown the rest."""
     timeouts = timeouts or Timeouts()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=guarded_protocol(timeouts),
+        http=guarded_protocol(timeouts, max_connections),
+        proxy_headers=forwarded_allow_ips is not None,
+        # Named even where no headers are read: uvicorn would take $FORWARDED_ALLOW_IPS or 127.0.0.1.
+        forwarded_allow_ips=forwarded_allow_ips or "",
         h11_max_incomplete_event_size=max_head_bytes,
         timeout_keep_alive=timeouts.keep_alive_s,
         timeout_graceful_shutdown=timeouts.shutdown_s,
@@ -242,9 +327,12 @@ __all__ = [
     "GuardedH11Protocol",
     "Timeouts",
     "check_port",
+    "default_max_connections",
+    "exit_status",
     "guarded_protocol",
     "is_loopback",
     "json_error_response",
+    "parse_forwarded_allow_ips",
     "recorded_languages",
     "server_for",
 ]
