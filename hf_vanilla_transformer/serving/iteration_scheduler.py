@@ -19,6 +19,7 @@ import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
+from ..inference.blank import is_blank
 from ..inference.hypotheses import Hypothesis, Translation
 from ..inference.iteration_batching import Finished, RunningBeamSearch
 from ..inference.translation import encode_sources, hypotheses_of
@@ -141,14 +142,14 @@ class IterationScheduler(Scheduler):
             self.stats.dropped += len({job for job, _ in departed})
 
     def _start(self, items: list[Item]) -> list[Finished]:
-        """Encode `items` and put them in the running batch; blank segments are translated at once (to
-        nothing, as `translate` does). Returns the segments that finished at their first step. A segment
-        the model cannot take fails its request alone."""
+        """Encode `items` and put them in the running batch; a segment with nothing to translate
+        (`blank.is_blank`) is translated at once, to nothing, as `translate` does. Returns the segments
+        that finished at their first step. A segment the model cannot take fails its request alone."""
         texts = [job.segments[index] for job, index in items]
-        blank = [(item, text) for item, text in zip(items, texts) if not text.strip()]
+        blank = [(item, text) for item, text in zip(items, texts) if is_blank(text)]
         for (job, index), text in blank:
             self._record(job, index, Translation(text, [Hypothesis("")]))
-        items = [item for item, text in zip(items, texts) if text.strip()]
+        items = [item for item, text in zip(items, texts) if not is_blank(text)]
         if not items:
             return []
         self.stats.started += len(items)
