@@ -48,6 +48,7 @@ from transformers.utils import is_torch_tf32_available, logging
 
 from ..common.cli import non_negative_int, positive_int, random_seed
 from ..common.model_location import RESULTS_FILE, loading
+from ..common.model_weights import load_pretrained
 from ..common.settings_schema import check_settings, optional_copy, setting
 from ..common.tokenization import load_tokenizer, train_shared_bpe_tokenizer
 from ..configuration_vanilla_transformer import (
@@ -545,8 +546,7 @@ def _build_model(
     settings: TrainingSettings, recipe: TrainingPreset, tokenizer: PreTrainedTokenizerBase
 ) -> VanillaTransformerForConditionalGeneration:
     if settings.init_from is not None:
-        with loading(settings.init_from):
-            model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
+        model = load_pretrained(VanillaTransformerForConditionalGeneration, settings.init_from)
         if legacy_label_smoothing(model.config) is not None:
             # Read into the recipe (`_with_recorded_label_smoothing`); the results record it.
             delattr(model.config, LEGACY_LABEL_SMOOTHING)
