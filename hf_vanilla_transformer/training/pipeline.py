@@ -82,6 +82,7 @@ from .progress import DevLossCallback, TrainingClock, show_progress_lines, use_p
 from .resume import (
     RECIPE_FILE,
     LossLoggedAtCheckpoints,
+    NoStepPastTheEnd,
     check_same_model,
     check_same_recipe,
     find_resume_checkpoint,
@@ -386,7 +387,7 @@ def _dev_bleu(tokenizer: PreTrainedTokenizerBase, prediction: EvalPrediction) ->
     return {"bleu": corpus_bleu(hypotheses, references).score}
 
 
-class TokenBudgetSeq2SeqTrainer(LabelSmoothedSeq2SeqTrainer):
+class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
     """The label-smoothed Seq2SeqTrainer whose training batches hold about `max_tokens` source and target
     tokens each (Section 5.1) instead of a fixed number of sentences; every process gets its own share.
     The target tokens trained on are counted on `clock` as the batches reach the training loop, so
