@@ -146,7 +146,7 @@ def translate_n_best(
     )
     order = sorted(range(len(kept)), key=lambda j: len(encoded[j]), reverse=True)
     beams, sampling = _decoding_settings(model, generate_kwargs)
-    if not sampling:
+    if not sampling and hasattr(model, "config"):  # a CTranslate2 export keeps its dimensions to itself
         check_beams(model.config, beams)
     penalty = _ranking_penalty(model, generate_kwargs) if beams > 1 and not sampling else None
     model.eval()
