@@ -93,7 +93,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
     ids |= {"bos_token_id": tokenizer.bos_token_id, "decoder_start_token_id": tokenizer.bos_token_id}
     model = tiny_model(vocab_size=64, **ids)
-    model.generation_config.max_new_tokens = 8
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

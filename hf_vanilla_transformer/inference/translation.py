@@ -25,6 +25,9 @@ from .hypotheses import Hypothesis, Translation
 from .scoring import end_token_id, model_positions, token_log_probs
 
 logger = logging.get_logger(__name__)
+# What generate() decodes up to where nothing sets a limit: transformers' model-agnostic 20 tokens after the
+# decoder start token.
+_DEFAULT_MAX_LENGTH = 21
 
 
 def load_tokenizers(
@@ -237,7 +240,9 @@ def _output_length(model: Any, generate_kwargs: dict[str, Any], source_length: i
         return limit(source_length) + 2
     config = model.generation_config
     new_tokens = generate_kwargs.get("max_new_tokens", config.max_new_tokens)
-    return new_tokens + 1 if new_tokens is not None else generate_kwargs.get("max_length", config.max_length)
+    if new_tokens is not None:
+        return new_tokens + 1
+    return generate_kwargs.get("max_length") or config.max_length or _DEFAULT_MAX_LENGTH
 
 
 def _score(log_prob: float | None, length: int, penalty: Callable[[int], float] | None) -> float | None:
