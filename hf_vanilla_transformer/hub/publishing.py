@@ -28,7 +28,7 @@ from huggingface_hub.utils import validate_repo_id
 from transformers.utils import logging
 
 from .. import translation_pipeline
-from ..common.model_location import loading
+from ..common.model_weights import load_pretrained
 from ..common.tokenization import TOKENIZER_FILES, load_tokenizer
 from ..conversion import FAIRSEQ_BPE_FILES
 from ..generation_vanilla_transformer import paper_generation_config
@@ -104,8 +104,7 @@ def stage_repo(
     # Read and compiled before the model loads: an unreadable template or a syntax error shows at once.
     template = read_card_template(template_path)
     tokenizer = load_tokenizer(model_dir)
-    with loading(model_dir):
-        model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+    model = load_pretrained(VanillaTransformerForConditionalGeneration, model_dir)
 
     # A generation config derived from the model config holds no decoding choices: use the paper's.
     if model.generation_config._from_model_config:

@@ -21,10 +21,14 @@ from ..generation_vanilla_transformer import length_penalty, output_length_offse
 from ..translation_pipeline import find_target_tokenizer
 from .alignment import align
 from .blank import is_blank
+from .decoding_memory import check_batch_fits, check_beams
 from .hypotheses import Hypothesis, Translation
 from .scoring import end_token_id, model_positions, token_log_probs
 
 logger = logging.get_logger(__name__)
+# What generate() decodes up to where nothing sets a limit: transformers' model-agnostic 20 tokens after the
+# decoder start token.
+_DEFAULT_MAX_LENGTH = 21
 
 
 def load_tokenizers(
@@ -147,11 +151,25 @@ def translate_n_best(
         model, tokenizer, [texts[i] for i in kept], [numbers[i] for i in kept]
     )
     order = sorted(range(len(kept)), key=lambda j: len(encoded[j]), reverse=True)
-    _, sampling = _decoding_settings(model, generate_kwargs)
+    beams, sampling = _decoding_settings(model, generate_kwargs)
+    if not sampling and hasattr(model, "config"):  # a CTranslate2 export keeps its dimensions to itself
+        check_beams(model.config, beams)
     model.eval()
     bar = tqdm(total=len(order), desc="Translating", unit="sent", disable=not progress)
     for start in range(0, len(order), batch_size):
         indices = order[start : start + batch_size]
+        if isinstance(model, PreTrainedModel):  # the estimate is of transformers' own beam search
+            source_length = len(encoded[indices[0]])  # the longest: the order is by length, longest first
+            check_batch_fits(
+                model.config,
+                model.device,
+                batch_size=len(indices),
+                beams=beams,
+                source_length=source_length,
+                output_length=_output_length(model, generate_kwargs, source_length),
+                n_best=n_best,
+                scores=scores,
+            )
         batch = tokenizer.pad({"input_ids": [encoded[j] for j in indices]}, return_tensors="pt")
         batch = {key: value.to(model.device) for key, value in batch.items()}
         with torch.inference_mode():
@@ -250,6 +268,20 @@ def _length_limit(model: Any, generate_kwargs: dict[str, Any]) -> Callable[[int]
     token, as a function of its input's length."""
     offset = output_length_offset(model.generation_config, generate_kwargs)
     return None if offset is None else lambda source_length: source_length + offset
+
+
+def _output_length(model: Any, generate_kwargs: dict[str, Any], source_length: int) -> int:
+    """The most tokens `generate()` returns for an input of `source_length` tokens: the decoder start token,
+    then at most the paper's limit and the end token forced there, or what max_new_tokens or max_length
+    allow."""
+    limit = _length_limit(model, generate_kwargs)
+    if limit is not None:
+        return limit(source_length) + 2
+    config = model.generation_config
+    new_tokens = generate_kwargs.get("max_new_tokens", config.max_new_tokens)
+    if new_tokens is not None:
+        return new_tokens + 1
+    return generate_kwargs.get("max_length") or config.max_length or _DEFAULT_MAX_LENGTH
 
 
 def _score(log_prob: float | None, length: int, penalty: Callable[[int], float] | None) -> float | None:

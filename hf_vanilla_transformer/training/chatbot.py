@@ -52,6 +52,7 @@ from transformers.utils import logging
 
 from ..common.cli import non_negative_int, positive_float, positive_int, probability, random_seed
 from ..common.model_location import TRAINER_STATE_FILE, loading
+from ..common.model_weights import load_pretrained
 from ..common.settings_schema import check_settings, setting
 from ..common.text_lines import count_lines
 from ..common.tokenization import train_shared_bpe_tokenizer
@@ -529,7 +530,7 @@ def load_chatbot(
 ) -> tuple[VanillaTransformerForConditionalGeneration, PreTrainedTokenizerBase]:
     """Load a folder written by `train_chatbot` with the Auto classes (extra kwargs go to the model)."""
     with loading(path):
-        model = AutoModelForSeq2SeqLM.from_pretrained(path, **model_kwargs).eval()
+        model = load_pretrained(AutoModelForSeq2SeqLM, path, **model_kwargs).eval()
         return model, AutoTokenizer.from_pretrained(path)
 
 

@@ -48,6 +48,7 @@ from transformers.utils import is_torch_tf32_available, logging
 
 from ..common.cli import non_negative_int, positive_int, random_seed
 from ..common.model_location import RESULTS_FILE, loading
+from ..common.model_weights import load_pretrained
 from ..common.settings_schema import check_settings, optional_copy, setting
 from ..common.tokenization import load_tokenizer, train_shared_bpe_tokenizer
 from ..configuration_vanilla_transformer import (
@@ -82,6 +83,7 @@ from .progress import DevLossCallback, TrainingClock, show_progress_lines, use_p
 from .resume import (
     RECIPE_FILE,
     LossLoggedAtCheckpoints,
+    NoStepPastTheEnd,
     check_same_model,
     check_same_recipe,
     find_resume_checkpoint,
@@ -386,7 +388,7 @@ def _dev_bleu(tokenizer: PreTrainedTokenizerBase, prediction: EvalPrediction) ->
     return {"bleu": corpus_bleu(hypotheses, references).score}
 
 
-class TokenBudgetSeq2SeqTrainer(LabelSmoothedSeq2SeqTrainer):
+class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
     """The label-smoothed Seq2SeqTrainer whose training batches hold about `max_tokens` source and target
     tokens each (Section 5.1) instead of a fixed number of sentences; every process gets its own share.
     The target tokens trained on are counted on `clock` as the batches reach the training loop, so
@@ -546,8 +548,7 @@ def _build_model(
     settings: TrainingSettings, recipe: TrainingPreset, tokenizer: PreTrainedTokenizerBase
 ) -> VanillaTransformerForConditionalGeneration:
     if settings.init_from is not None:
-        with loading(settings.init_from):
-            model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
+        model = load_pretrained(VanillaTransformerForConditionalGeneration, settings.init_from)
         if legacy_label_smoothing(model.config) is not None:
             # Read into the recipe (`_with_recorded_label_smoothing`); the results record it.
             delattr(model.config, LEGACY_LABEL_SMOOTHING)

@@ -11,7 +11,8 @@ from typing import Any
 
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import rotate_checkpoints
 from transformers.utils import logging
 
 from ..common.model_location import TRAINER_STATE_FILE
@@ -253,6 +254,29 @@ class LossLoggedAtCheckpoints(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs) -> None:
         if control.should_save or control.should_evaluate:
             control.should_log = True
+
+
+class NoStepPastTheEnd(Trainer):
+    """A Trainer that, resumed from a checkpoint of the run's last step, trains no further step.
+
+    The Trainer looks at `max_steps` only after a step: resumed at the end (a run killed after its last
+    checkpoint, while it wrote its final model or its results), it would train one step past `max_steps`,
+    save it as a checkpoint, drop the oldest one kept and average the wrong ones. Here each epoch of such a
+    run ends before its first step, the checkpoints beyond `save_total_limit` that a kill between the last
+    checkpoint and its clean-up left are deleted, and training ends as it would have: the Trainer's own end
+    of training (its final log of the run's loss, the best checkpoint loaded where early stopping asks)."""
+
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
+        if self.state.max_steps > 0 and self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            if self.args.should_save:
+                rotate_checkpoints(
+                    output_dir=self._get_output_dir(trial=None),
+                    save_total_limit=self.args.save_total_limit,
+                    best_model_checkpoint=self.state.best_model_checkpoint,
+                )
+            return
+        super()._run_epoch(*args, **kwargs)
 
 
 def whole_run_loss(

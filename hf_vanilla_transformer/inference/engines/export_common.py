@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
 from ...common.model_location import loading, read_export_info, write_export_info
+from ...common.model_weights import load_pretrained
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ...translation_pipeline import TARGET_TOKENIZER_DIR
@@ -55,7 +56,7 @@ def load_for_export(name_or_path: str | Path) -> ExportSource:
     name = str(name_or_path)
     try:
         with loading(name):
-            model = AutoModelForSeq2SeqLM.from_pretrained(name, dtype=torch.float32)
+            model = load_pretrained(AutoModelForSeq2SeqLM, name, dtype=torch.float32)
             tokenizer, target_tokenizer = load_tokenizers(name)
     except ValueError as error:
         raise ExportError(str(error)) from error

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from transformers import AutoModelForSeq2SeqLM
 
-from ...common.model_location import check_location
+from ...common.model_weights import load_pretrained
 from ..translation import resolve_device
 from .base import Engine, LoadOptions
 
@@ -22,8 +22,7 @@ class TorchEngine(Engine):
 
     def load(self, name_or_path: str | Path, options: LoadOptions) -> Any:
         """The model on `options.device` (a torch device); the other options are the exported engines'."""
-        check_location(name_or_path)
-        return AutoModelForSeq2SeqLM.from_pretrained(name_or_path).to(options.device)
+        return load_pretrained(AutoModelForSeq2SeqLM, name_or_path).to(options.device)
 
     def select_device(self, device: str, compute_type: str = "default") -> str:
         """`translation.resolve_device`: "auto" is CUDA where torch finds a GPU, else the CPU."""

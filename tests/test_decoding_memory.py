@@ -1,0 +1,154 @@
+"""A beam wider than the vocabulary, or a batch whose beam search needs more memory than the machine has
+free, is refused in one line before it decodes; the memory estimate follows what decoding really takes."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO_ROOT, tiny_model
+
+from hf_vanilla_transformer.commands import main
+from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
+from hf_vanilla_transformer.inference import decoding_memory
+
+SENTENCES = ["A dog runs in the park.", "Two men talk.", "A girl reads a book.", "The dog sleeps."]
+# Decodes a tiny model whose end token is never chosen (every beam runs to the length limit) with
+# argv's vocabulary, batch, beam, source length and output limit, and prints the growth of the process's
+# peak resident memory that decoding caused, in bytes, and the estimate's.
+MEASURE = """
+import resource
+import sys
+
+import torch
+
+sys.path.insert(0, sys.argv[6])
+from conftest import tiny_model
+
+from hf_vanilla_transformer import paper_generation_config
+from hf_vanilla_transformer.inference.decoding_memory import beam_search_bytes
+
+torch.set_num_threads(1)
+vocab, batch, beams, source, offset = map(int, sys.argv[1:6])
+model = tiny_model(vocab_size=vocab, d_model=64, N=2, h=4, d_ff=128, max_position_embeddings=512,
+                   output_bias=True, eos_token_id=2, pad_token_id=1, bos_token_id=0, decoder_start_token_id=0)
+with torch.no_grad():
+    model.final_logits_bias[0, 2] = -1e4
+model.generation_config = paper_generation_config(model.config, num_beams=beams, max_length_offset=offset)
+ids = torch.randint(3, vocab, (batch, source))
+with torch.inference_mode():  # the libraries' first use of their kernels, which decoding itself does not grow
+    model.generate(input_ids=ids[:1, :4], attention_mask=torch.ones_like(ids[:1, :4]), num_beams=2,
+                   max_new_tokens=3)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with torch.inference_mode():
+    output = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids))
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+assert output.shape[1] == source + offset + 2, output.shape  # every beam ran to the limit
+estimate = beam_search_bytes(model.config, batch_size=batch, beams=beams, source_length=source,
+                             output_length=output.shape[1])
+print(grown, estimate)
+"""
+
+
+def measured_and_estimated(tmp_path: Path, *sizes: int) -> tuple[int, int]:
+    script = tmp_path / "measure.py"
+    script.write_text(MEASURE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    arguments = [*map(str, sizes), str(REPO_ROOT / "tests")]
+    result = subprocess.run(
+        [sys.executable, str(script), *arguments], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    grown, estimate = map(int, result.stdout.split())
+    return grown, estimate
+
+
+@pytest.mark.parametrize(
+    "smaller, larger",
+    [
+        ((8000, 1, 2000, 10, 20), (8000, 1, 4000, 10, 20)),  # the step's scores over the vocabulary dominate
+        ((200, 8, 100, 40, 200), (200, 8, 200, 40, 200)),  # the key and value cache dominates
+    ],
+)
+def test_the_estimate_follows_the_memory_decoding_takes(
+    tmp_path: Path, smaller: tuple, larger: tuple
+) -> None:
+    """What the estimate adds from one batch to a batch twice as wide is what the process's peak resident
+    memory adds, within a quarter: the memory that does not grow with the batch (the libraries' first use
+    of their kernels) cancels out."""
+    grown_small, estimate_small = measured_and_estimated(tmp_path, *smaller)
+    grown_large, estimate_large = measured_and_estimated(tmp_path, *larger)
+    assert estimate_large - estimate_small > 100 * 2**20
+    ratio = (grown_large - grown_small) / (estimate_large - estimate_small)
+    assert 0.75 < ratio < 1.25, (grown_small, grown_large, estimate_small, estimate_large)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("model")
+    tokenizer = train_shared_bpe_tokenizer(SENTENCES * 5, vocab_size=64, min_frequency=1, show_progress=False)
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    ids |= {"bos_token_id": tokenizer.bos_token_id, "decoder_start_token_id": tokenizer.bos_token_id}
+    model = tiny_model(vocab_size=64, **ids)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def refusal(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The one-line error `vanilla-transformer ARGV` ends with, exit status 2."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    error = capsys.readouterr().err
+    last = error.strip().splitlines()[-1]  # after the model's loading progress bars
+    assert exited.value.code == 2 and "Traceback" not in error and last.startswith("vanilla-transformer"), (
+        error
+    )
+    return last
+
+
+def test_a_beam_wider_than_the_vocabulary_is_refused(model_dir, tmp_path, capsys) -> None:
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    argv = ["translate", "--model", str(model_dir), "--input", str(source), "--num-beams"]
+    error = refusal(capsys, [*argv, "100000"])
+    assert "num_beams 100000 is more than the model's 64 target tokens" in error
+    assert main(["translate", "--model", str(model_dir), "--input", str(source), "--num-beams", "64"]) is None
+
+
+def test_a_batch_the_machine_cannot_hold_is_refused(model_dir, tmp_path, capsys) -> None:
+    """An output limit of a billion tokens needs far more memory than any machine has."""
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    error = refusal(
+        capsys,
+        ["translate", "--model", str(model_dir), "--input", str(source), "--max-length-offset", "1000000000"],
+    )
+    assert re.search(
+        r"with a beam of \d+ would need about [\d.]+ GiB, and cpu has [\d.]+ GiB to spare", error
+    )
+
+
+def test_the_batch_size_a_refusal_names_fits(model_dir, tmp_path, capsys, monkeypatch) -> None:
+    """On a machine with little free memory (here 8 MiB), the refusal names the largest batch that fits,
+    and that batch translates."""
+    monkeypatch.setattr(decoding_memory, "free_memory_bytes", lambda device: 8 * 2**20)
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(SENTENCES * 100) + "\n", encoding="utf-8")
+    argv = ["translate", "--model", str(model_dir), "--input", str(source), "--num-beams", "32"]
+    error = refusal(capsys, [*argv, "--batch-size", "400"])
+    fitting = int(re.search(r"lower the batch size to (\d+) sentences", error)[1])
+    assert 1 <= fitting < 400
+    assert main([*argv, "--batch-size", str(fitting)]) is None
+    assert len(capsys.readouterr().out.splitlines()) == 400
+    refusal(capsys, [*argv, "--batch-size", str(fitting + 1)])
+
+
+def test_the_gpus_free_memory_is_what_cuda_reports() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    free, _ = torch.cuda.mem_get_info()
+    assert abs(decoding_memory.free_memory_bytes("cuda") - free) < 64 * 2**20
