@@ -93,8 +93,8 @@ from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenize
 from hf_vanilla_transformer.training import loss as training_loss
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
 from hf_vanilla_transformer.training.length_buckets import pad_to_buckets  # noqa: E402
-from hf_vanilla_transformer.training.pipeline import cpu_bf16_training  # noqa: E402
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
+from hf_vanilla_transformer.training.trainer import cpu_bf16_training  # noqa: E402
 
 # One process compiles several models and modes: more than torch's default of 8 graphs per function.
 torch._dynamo.config.recompile_limit = 64

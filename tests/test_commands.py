@@ -16,7 +16,7 @@ from conftest import REPO_ROOT
 from hf_vanilla_transformer.commands import COMMANDS, PROG, main
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.inference.translation import resolve_device
-from hf_vanilla_transformer.training.pipeline import REPORT_TO, installed_trackers
+from hf_vanilla_transformer.training.settings import REPORT_TO, installed_trackers
 
 # Where `pip install -e .` (run.sh) puts the console script: next to the interpreter running the tests.
 CONSOLE_SCRIPT = Path(sys.executable).parent / PROG

@@ -23,8 +23,9 @@ from hf_vanilla_transformer.evaluation.metrics import corpus_bleu
 from hf_vanilla_transformer.evaluation.tuning import DEFAULT_LENGTH_PENALTIES
 from hf_vanilla_transformer.inference.translation import translate
 from hf_vanilla_transformer.training import pipeline as training
-from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.pipeline import run_training
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.training.settings import TrainingSettings
 from hf_vanilla_transformer.training.subword_dropout import SubwordDropoutDataset
 
 TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-override", "h=2",

@@ -58,7 +58,6 @@ from ..common.tokenization import train_shared_bpe_tokenizer
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .loss import LabelSmoothedSeq2SeqTrainer
-from .pipeline import training_arguments
 from .progress import TrainingClock, show_progress_lines, use_progress_bar
 from .resume import (
     ResumeRule,
@@ -69,6 +68,7 @@ from .resume import (
     write_run_record,
 )
 from .schedule import build_paper_optimizer, get_noam_schedule
+from .trainer import training_arguments
 
 logger = logging.get_logger(__name__)
 
