@@ -448,7 +448,7 @@ def test_missing_model_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_model_dir_without_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
     tiny_model().save_pretrained(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"no tokenizer .*tokenizer\.save_pretrained"):
+    with pytest.raises(ValueError, match=r"no tokenizer .*tokenizer\.save_pretrained"):
         push_model(tmp_path, REPO_ID)
 
 

@@ -25,6 +25,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from packaging.requirements import Requirement
 from transformers import GenerationConfig
 
+from ..common.cli import first_line
 from ..common.model_location import RESULTS_FILE, TRAINER_STATE_FILE, read_json_object
 from ..common.text_lines import read_lines
 from ..configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig, legacy_label_smoothing
@@ -275,10 +276,6 @@ class CardTemplateError(ValueError):
     (its path, for a file) and says what to change."""
 
 
-def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or [""])[0]
-
-
 def _compile_card_template(template: str, template_name: str) -> tuple[jinja2.Template, set[str]]:
     """The compiled Jinja `template` and the variables it reads; CardTemplateError if it is not Jinja."""
     # StrictUndefined: `{{ bleu.value }}` fails instead of rendering as nothing.
@@ -288,7 +285,7 @@ def _compile_card_template(template: str, template_name: str) -> tuple[jinja2.Te
         # Compiling finds what parsing does not, such as a filter Jinja does not have.
         compiled = environment.from_string(syntax_tree)
     except jinja2.TemplateSyntaxError as error:
-        reason = _first_line(error.message or type(error).__name__)
+        reason = first_line(error.message or type(error).__name__)
         raise CardTemplateError(
             f"{template_name} line {error.lineno}: template syntax error ({reason}); fix the template."
         ) from None
@@ -358,7 +355,7 @@ def render_model_card(
     except Exception as error:
         line = _template_line(error)
         where = f" line {line}" if line is not None else ""
-        reason = f"{type(error).__name__}: {_first_line(str(error))}"
+        reason = f"{type(error).__name__}: {first_line(str(error))}"
         raise CardTemplateError(
             f"{template_name}{where}: rendering the template failed ({reason}); fix the template."
         ) from None

@@ -28,14 +28,14 @@ from huggingface_hub.utils import validate_repo_id
 from transformers.utils import logging
 
 from .. import translation_pipeline
-from ..common.model_location import loading
-from ..common.tokenization import TOKENIZER_FILES, load_tokenizer
+from ..common.model_location import TARGET_TOKENIZER_DIR, check_holds_tokenizer, loading
+from ..common.tokenization import load_tokenizer
 from ..conversion import FAIRSEQ_BPE_FILES
 from ..generation_vanilla_transformer import paper_generation_config
 from ..inference.engines.ctranslate2_export import export_ctranslate2
 from ..inference.engines.export_common import ExportSource
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
+from ..translation_pipeline import find_target_tokenizer
 from .model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
@@ -65,11 +65,7 @@ def _check_model_dir(model_dir: Path) -> None:
             f"{str(model_dir)!r} holds no config.json: pass the folder written by model.save_pretrained "
             "(for a training run, its final model folder)."
         )
-    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
-        raise FileNotFoundError(
-            f"{str(model_dir)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it next to the "
-            "weights with tokenizer.save_pretrained(model_dir)."
-        )
+    check_holds_tokenizer(model_dir)
 
 
 def stage_repo(

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...common.cli import first_line
 from ...common.model_location import read_export_info
 from .export_common import ExportError, ExportSource
 
@@ -85,11 +86,6 @@ def export_info(name_or_path: str | Path, engine: str) -> dict[str, Any]:
             f"(vanilla-transformer export --to {engine}), or pick the engine that reads it."
         )
     return info
-
-
-def first_line(error: Exception) -> str:
-    """The first line of an engine's error message, or the error's type where it has none."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def damaged_export(folder: Path, error: Exception) -> ValueError:

@@ -29,10 +29,11 @@ from typing import Any, ClassVar
 import torch
 from transformers import GenerationConfig
 
+from ...common.cli import first_line
 from ...common.text_lines import iter_lines
 from ...generation_vanilla_transformer import length_penalty, output_length_offset
 from ..shortlist import DEFAULT_SHORTLIST_SIZE, VMAP_FILE, build_shortlist
-from .base import Engine, LoadOptions, check_source_lengths, damaged_export, export_info, first_line
+from .base import Engine, LoadOptions, check_source_lengths, damaged_export, export_info
 from .ctranslate2_export import CTRANSLATE2_QUANTIZATIONS, export_ctranslate2
 from .export_common import ExportError, ExportSource, require_packages
 
