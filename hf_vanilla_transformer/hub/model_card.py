@@ -28,7 +28,8 @@ from transformers import GenerationConfig
 from ..common.cli import first_line
 from ..common.model_location import RESULTS_FILE, TRAINER_STATE_FILE, read_json_object
 from ..common.text_lines import read_lines
-from ..configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig, legacy_label_smoothing
+from ..configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from ..training.legacy import legacy_label_smoothing
 
 CARD_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "template.md"
 NOT_MEASURED = "not measured"

@@ -24,7 +24,7 @@
 import gc
 import json
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,11 +42,7 @@ from transformers.utils import is_torch_tf32_available, logging
 
 from ..common.model_location import RESULTS_FILE, loading
 from ..common.tokenization import load_tokenizer, train_shared_bpe_tokenizer
-from ..configuration_vanilla_transformer import (
-    LEGACY_LABEL_SMOOTHING,
-    VanillaTransformerConfig,
-    legacy_label_smoothing,
-)
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..generation_vanilla_transformer import paper_generation_config
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .averaging import average_checkpoints, last_checkpoints
@@ -59,6 +55,7 @@ from .backtranslation import (
 )
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
+from .legacy import drop_legacy_label_smoothing, with_recorded_label_smoothing
 from .length_buckets import BucketPadding
 from .presets import TrainingPreset
 from .progress import DevLossCallback, TrainingClock, show_progress_lines, use_progress_bar
@@ -136,7 +133,11 @@ def _start_run(settings: TrainingSettings) -> _Run:
     state = PartialState(cpu=not torch.cuda.is_available())
     show_progress_lines(state.is_main_process)
     checkpoint = find_resume_checkpoint(output_dir, settings.resume, state)
-    recipe = _with_recorded_label_smoothing(settings, recipe, checkpoint)
+    recipe = with_recorded_label_smoothing(
+        recipe,
+        settings.label_smoothing is not None,
+        checkpoint if checkpoint is not None else settings.init_from,
+    )
     if checkpoint is not None:
         check_same_recipe(output_dir, _recipe_record(settings, recipe, state))
     return _Run(settings, recipe, output_dir, state, checkpoint, mixed_precision(settings, recipe))
@@ -147,23 +148,6 @@ def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, state: Pa
     return recipe_record(settings.preset, settings.seed, recipe, state.num_processes) | synthetic_record(
         settings
     )
-
-
-def _with_recorded_label_smoothing(
-    settings: TrainingSettings, recipe: TrainingPreset, checkpoint: Path | None
-) -> TrainingPreset:
-    """The recipe, with the label smoothing that the model resumed or fine-tuned from records in its config
-    (saved by an earlier version of the package, whose models kept it there) unless --label-smoothing is
-    given."""
-    origin = checkpoint if checkpoint is not None else settings.init_from
-    if settings.label_smoothing is not None or origin is None:
-        return recipe
-    with loading(str(origin)):
-        recorded = legacy_label_smoothing(VanillaTransformerConfig.from_pretrained(origin))
-    if recorded is None:
-        return recipe
-    logger.info(f"Label smoothing {recorded}, as {origin}'s config records (--label-smoothing sets another).")
-    return replace(recipe, label_smoothing=recorded)
 
 
 def _load_data(run: _Run) -> _Data:
@@ -255,9 +239,8 @@ def _build_model(
     if settings.init_from is not None:
         with loading(settings.init_from):
             model = VanillaTransformerForConditionalGeneration.from_pretrained(settings.init_from)
-        if legacy_label_smoothing(model.config) is not None:
-            # Read into the recipe (`_with_recorded_label_smoothing`); the results record it.
-            delattr(model.config, LEGACY_LABEL_SMOOTHING)
+        # Read into the recipe (`legacy.with_recorded_label_smoothing`); the results record it.
+        drop_legacy_label_smoothing(model.config)
         if model.config.vocab_size < len(tokenizer):
             raise ValueError(
                 f"The tokenizer has {len(tokenizer)} tokens but {settings.init_from} only "
