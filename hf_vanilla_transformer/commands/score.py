@@ -26,7 +26,7 @@ from ..common.cli import (
     run_command,
 )
 from ..inference.scoring import PairScore, check_pairs, score_pairs
-from .translate import add_engine_arguments, command_engine, load_command_translator
+from .engine_options import add_engine_arguments, command_engine, load_command_translator
 
 STANDARD_STREAM = "-"
 OUTPUT_FORMATS = ("text", "jsonl")
