@@ -37,6 +37,7 @@ from ..common.cli import (
     run_command,
 )
 from ..common.text_lines import NotUTF8Error, arriving_chunks, count_lines
+from ..inference import sentence_splitting
 from ..inference.hypotheses import OUTPUT_FORMATS, format_translation
 from ..inference.sentence_splitting import SPLITTER_LANGUAGES
 from ..inference.translation import seed_sampling
@@ -181,8 +182,9 @@ def _decoding(args: argparse.Namespace, parser: ArgumentParser) -> tuple[dict, s
             f"--n-best {args.n_best} with --output-format text: text has one translation a line; "
             "write the n best with --output-format tsv or jsonl."
         )
-    if args.split_sentences and args.n_best > 1:
-        parser.error("--split-sentences joins each sentence's best translation: leave out --n-best.")
+    if args.split_sentences:
+        with refusals_in_one_line(parser):
+            sentence_splitting.check_n_best(args.n_best)
     return {key: value for key, value in overrides.items() if value is not None}, output_format
 
 

@@ -285,11 +285,8 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         return [sentence_splitting.join_sentences(text, parts) for text, parts in zip(texts, sentences)]
 
     def check_splitting(n_best: int) -> None:
-        if n_best > 1:
-            raise Refusal(
-                400, "split_sentences joins each sentence's best translation: ask for n_best 1 with it."
-            )
         try:
+            sentence_splitting.check_n_best(n_best)
             sentence_splitting.check_language(settings.source_lang)
         except ValueError as error:
             raise Refusal(400, str(error)) from None
