@@ -73,6 +73,7 @@ from _common import (  # noqa: E402
     add_device_option,
     attempt,
     benchmark_parser,
+    cpu_speedups_switched,
     format_table,
     gemm_peaks,
     machine_line,
@@ -87,7 +88,6 @@ from _memory import step_memory  # noqa: E402
 from hf_vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
-    cpu_speedups,
 )
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer  # noqa: E402
 from hf_vanilla_transformer.training import loss as training_loss
@@ -263,7 +263,7 @@ class Trainee:
         module = self.compiled if compile_ else self.model
         try:
             lever = chunked_loss_on_every_device() if self.chunked_loss else nullcontext()
-            with cpu_speedups.switched(self.cpu_speedups_on), lever:
+            with cpu_speedups_switched(self.cpu_speedups_on), lever:
                 with autocast(precision, self.device):
                     loss = self.loss(module, batch)
                 loss.backward()
