@@ -2,7 +2,7 @@
 
 CTranslate2 chooses its CPU backend once per process: Intel MKL on Intel CPUs, oneDNN on the others (AMD);
 the environment variable CT2_USE_MKL=1 or 0 overrides the choice. This benchmark translates the same batch
-with our model exported to CTranslate2 (float32 and int8, `export.export_ctranslate2`, through
+with our model exported to CTranslate2 (float32 and int8, `ctranslate2_export.export_ctranslate2`, through
 `engines.CTranslate2Seq2SeqLM`) under each backend, each in a fresh process, and gives each backend's speed
 relative to oneDNN's: the median over rounds of t(oneDNN) / t(backend), with the backends in alternating
 order from round to round. Batch, lengths and forced output lengths are `bench_generate.py`'s.

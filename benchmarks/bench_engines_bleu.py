@@ -7,7 +7,7 @@
 The model translates TEST_PREFIX.<src-lang> with its own decoding settings (for this package's models the
 paper's: beam 4, GNMT length penalty 0.6, input + 50) on each engine: PyTorch float32, CTranslate2 float32
 and int8, ONNX Runtime, and CTranslate2 float32 and int8 with a shortlist built from the training data
-(`export.build_shortlist`, `--shortlist-size` target tokens per source token, 100 always allowed) for each
+(`shortlist.build_shortlist`, `--shortlist-size` target tokens per source token, 100 always allowed) for each
 of `--shortlist-sizes`. sacreBLEU against TEST_PREFIX.<tgt-lang>, and the share of translations identical
 to PyTorch's, come from the first, untimed pass. Then each of `--repeats` rounds translates the test set
 once per engine, in alternating order, so that other load on the machine hits every engine alike; a
@@ -31,7 +31,7 @@ from hf_vanilla_transformer.evaluation.metrics import corpus_bleu  # noqa: E402
 from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_ctranslate2
 from hf_vanilla_transformer.inference.engines.export_common import load_for_export
 from hf_vanilla_transformer.inference.engines.onnx_graphs import export_onnx
-from hf_vanilla_transformer.inference.shortlist import build_shortlist
+from hf_vanilla_transformer.inference.engines.shortlist import build_shortlist
 from hf_vanilla_transformer.inference.translator import Translator, load_translator
 
 QUANTIZATIONS = ("float32", "int8")

@@ -18,12 +18,13 @@ Each round runs every engine once in alternating order; a speed-up is the median
 t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
 
 Exported engines, where installed (`pip install -e .[export]`): ours exported by this package's exporters
-(`export.export_ctranslate2` in float32 and int8, translated through `engines.CTranslate2Seq2SeqLM`;
-`export.export_onnx`, through `engines.OnnxSeq2SeqLM`), and the Marian model converted by CTranslate2's own
-Marian converter (`ct2-marian-*`). CTranslate2 and ONNX Runtime get as many threads as torch. A missing
-engine skips its columns with the reason in `notes`. Their outputs are compared with Marian's but not
-required to match (other kernels; int8 weights). `--int8` adds ours with torch's dynamic int8
-quantization of the linear layers, with its agreement with the fp32 outputs as token accuracy and BLEU.
+(`ctranslate2_export.export_ctranslate2` in float32 and int8, translated through
+`engines.CTranslate2Seq2SeqLM`; `onnx_graphs.export_onnx`, through `engines.OnnxSeq2SeqLM`), and the Marian
+model converted by CTranslate2's own Marian converter (`ct2-marian-*`). CTranslate2 and ONNX Runtime get as
+many threads as torch. A missing engine skips its columns with the reason in `notes`. Their outputs are
+compared with Marian's but not required to match (other kernels; int8 weights). `--int8` adds ours with
+torch's dynamic int8 quantization of the linear layers, with its agreement with the fp32 outputs as token
+accuracy and BLEU.
 
 `--dtypes float32 bf16` decodes with the models' weights in each dtype (float32 first; the exported
 engines and int8 in float32 only); a bf16 search is named `beam4-bf16`, and its outputs are compared with

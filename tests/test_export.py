@@ -39,7 +39,7 @@ from hf_vanilla_transformer.inference.engines.export_common import ExportError, 
 from hf_vanilla_transformer.inference.engines.exporting import export
 from hf_vanilla_transformer.inference.engines.onnx import OnnxSeq2SeqLM
 from hf_vanilla_transformer.inference.engines.onnx_graphs import ONNX_DECODER_FILE, ONNX_ENCODER_FILE
-from hf_vanilla_transformer.inference.shortlist import VMAP_FILE, Shortlist, build_shortlist
+from hf_vanilla_transformer.inference.engines.shortlist import VMAP_FILE, Shortlist, build_shortlist
 from hf_vanilla_transformer.inference.translator import load_model, load_translator
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
 

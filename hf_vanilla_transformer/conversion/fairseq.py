@@ -459,7 +459,7 @@ def tokenizer_from_fairseq_dictionary(
 
 def bpe_file_name(codes: Path) -> str:
     """The name a copy of the BPE codes `codes` takes in a converted folder: one of `FAIRSEQ_BPE_FILES`, which
-    fairseq's hub loader and `hub.stage_repo` look for; a SentencePiece model (`.model`) is
+    fairseq's hub loader and `publishing.stage_repo` look for; a SentencePiece model (`.model`) is
     "sentencepiece.bpe.model", other codes (subword-nmt, fastBPE) "bpecodes"."""
     if codes.name in FAIRSEQ_BPE_FILES:
         return codes.name

@@ -14,9 +14,9 @@
   that `pipeline("translation", model=repo, trust_remote_code=True)` works without the package (transformers
   5 has no translation task of its own); package users call `pipeline("seq2seq-translation", model=repo)`;
 - `README.md`, the model card, rendered by `model_card.render_model_card`;
-- on request, `ctranslate2/`: the model exported for CTranslate2 by `export.export_ctranslate2` (model,
-  vocabularies, tokenizers and decoding settings), which `ctranslate2.Translator` loads once downloaded, and
-  the card says how.
+- on request, `ctranslate2/`: the model exported for CTranslate2 by
+  `ctranslate2_export.export_ctranslate2` (model, vocabularies, tokenizers and decoding settings), which
+  `ctranslate2.Translator` loads once downloaded, and the card says how.
 """
 
 import shutil
