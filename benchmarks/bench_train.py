@@ -101,7 +101,7 @@ torch._dynamo.config.recompile_limit = 64
 torch._dynamo.config.accumulated_recompile_limit = 512
 
 MODES = ("fp32-eager", "bf16-eager", "fp32-compile", "bf16-compile")
-# Ours only, against Marian's fp32-eager: bf16 autocast as scripts/train.py runs it on a CPU
+# Ours only, against Marian's fp32-eager: bf16 autocast as `vanilla-transformer train` runs it on a CPU
 # (`cpu_bf16_training`: eager attention and fast dropout masks) with the fused Adam.
 FAST_MODES = ("bf16-eager-attn_eager", "bf16-compile-attn_eager")
 # What --device cuda changes, for the options not given (see the module docstring).

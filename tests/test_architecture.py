@@ -13,8 +13,8 @@ import hf_vanilla_transformer
 
 PACKAGE = Path(hf_vanilla_transformer.__file__).resolve().parent
 REPOSITORY = PACKAGE.parent
-# Code outside the package that imports it: the benchmarks (and any script kept beside the command).
-OUTSIDE_CODE = ("benchmarks", "scripts")
+# Code outside the package that imports it.
+OUTSIDE_CODE = ("benchmarks",)
 # The model's files: what a saved model carries as its code (`trust_remote_code=True`).
 MODEL_FILES = {
     "__init__",
@@ -174,7 +174,7 @@ def _outside_files() -> list[Path]:
     return sorted(path for folder in OUTSIDE_CODE for path in (REPOSITORY / folder).glob("*.py"))
 
 
-def test_benchmarks_and_scripts_import_what_the_package_has():
+def test_the_benchmarks_import_what_the_package_has():
     """Every name that the code outside the package imports from it exists there, so that moving a module
     or a name inside the package cannot leave a benchmark importing where nothing is."""
     missing = []

@@ -1,4 +1,4 @@
-"""`vanilla-transformer push` (scripts/push_to_hub.py), hf_vanilla_transformer.hub and .model_card against
+"""`vanilla-transformer push`, hf_vanilla_transformer.hub and .model_card against
 the test Hub server (tests/hub_server.py).
 
 The server stands in for the real Hub. Clients read HF_ENDPOINT and the other Hub settings at import time,
@@ -10,7 +10,6 @@ import hashlib
 import importlib.metadata
 import json
 import re
-import runpy
 import subprocess
 import sys
 import textwrap
@@ -32,6 +31,7 @@ from test_export import needs_ctranslate2, train_reverse_model
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, pipeline
 
 from hf_vanilla_transformer import VanillaTransformerConfig
+from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.hub.model_card import (
@@ -195,16 +195,16 @@ def pushed(hub: HubServer, model_dirs: dict[str, Any], tmp_path_factory: pytest.
     with a card template of its own and `--token` (the environment's token may only read)."""
     env = client_env(hub, tmp_path_factory.mktemp("hf_home_push"))
     root = model_dirs["root"]
-    script = str(REPO_ROOT / "scripts" / "push_to_hub.py")
+    push = ("-m", "hf_vanilla_transformer", "push")
     main_args = ["--model-dir", str(root / "main"), "--repo-id", REPO_ID, "--private"]
-    main_output = run_python(env, script, *main_args).stdout
+    main_output = run_python(env, *push, *main_args).stdout
     requests_after_main = list(hub.requests)
     card = root / "custom_card.md"
     card.write_text(CARD_TEMPLATE.read_text().replace("\n# Transformer", "\n# Custom Transformer", 1))
     branch_args = ["--revision", "branch", "--max-shard-size", BRANCH_SHARD_SIZE, "--card", str(card)]
     branch_args += ["--token", WRITE_TOKEN]
     read_only_env = env | {"HF_TOKEN": READ_TOKEN}
-    run_python(read_only_env, script, "--model-dir", str(root / "branch"), "--repo-id", REPO_ID, *branch_args)
+    run_python(read_only_env, *push, "--model-dir", str(root / "branch"), "--repo-id", REPO_ID, *branch_args)
     storage = hub.storage
     repo = storage.repo("model", REPO_ID)
     return {
@@ -458,7 +458,7 @@ def test_invalid_repo_id_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_cli_reports_bad_input_as_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    main = runpy.run_path(str(REPO_ROOT / "scripts" / "push_to_hub.py"))["main"]
+    main = command_module("push").main
     with pytest.raises(SystemExit) as exit_info:
         main(["--model-dir", str(tmp_path / "absent"), "--repo-id", "bad//id"])
     assert exit_info.value.code == 2
@@ -506,7 +506,7 @@ def push_refusal(model_dir: Path, card: Path, capsys: pytest.CaptureFixture) -> 
     """The message of the error line `push --card CARD` ends with (after the progress bars of loading the
     model). The Hub is out of reach (HF_HUB_OFFLINE=1): a refusal that names the card comes before any Hub
     call."""
-    main = runpy.run_path(str(REPO_ROOT / "scripts" / "push_to_hub.py"))["main"]
+    main = command_module("push").main
     with pytest.raises(SystemExit) as exit_info:
         main(["--model-dir", str(model_dir), "--repo-id", REPO_ID, "--card", str(card)])
     assert exit_info.value.code == 2
@@ -549,9 +549,19 @@ def test_cli_reports_a_refused_token_in_one_line(hub: HubServer, tmp_path: Path,
     tokenizer = train_shared_bpe_tokenizer(SENTENCES, vocab_size=40, min_frequency=1, show_progress=False)
     tiny_model(vocab_size=len(tokenizer)).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    script = str(REPO_ROOT / "scripts" / "push_to_hub.py")
     result = subprocess.run(
-        [sys.executable, script, "--model-dir", str(model_dir), "--repo-id", "org/refused", "--token", token],
+        [
+            sys.executable,
+            "-m",
+            "hf_vanilla_transformer",
+            "push",
+            "--model-dir",
+            str(model_dir),
+            "--repo-id",
+            "org/refused",
+            "--token",
+            token,
+        ],
         cwd=REPO_ROOT,
         env=client_env(hub, tmp_path / "hf_home"),
         capture_output=True,
@@ -561,7 +571,9 @@ def test_cli_reports_a_refused_token_in_one_line(hub: HubServer, tmp_path: Path,
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     status = "401 Unauthorized" if token == "hf_unknown" else "403 Forbidden"
-    assert line.startswith(f"push_to_hub.py: error: the Hub refused the token ({status}) for org/refused")
+    assert line.startswith(
+        f"vanilla-transformer push: error: the Hub refused the token ({status}) for org/refused"
+    )
     assert "hf auth login" in line and "--token" in line
     assert not result.stdout
     with pytest.raises(HubError, match="not found"):
@@ -716,7 +728,9 @@ def test_separate_vocabularies_translate_from_the_hub_with_the_target_tokenizer(
     push_env = client_env(hub, tmp_path / "hf_home_push")
     run_python(
         push_env,
-        str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+        "-m",
+        "hf_vanilla_transformer",
+        "push",
         "--model-dir",
         str(model_dir),
         "--repo-id",

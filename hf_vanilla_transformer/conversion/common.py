@@ -49,7 +49,7 @@ class ConversionReport:
         self.mapped[(_key_pattern(source_key), _key_pattern(target))] += 1
 
     def format(self) -> str:
-        """The summary printed by scripts/convert_checkpoint.py: a table, then the notes."""
+        """The summary printed by `vanilla-transformer convert`: a table, then the notes."""
         rows = [("source key", "converted key", "count")]
         rows += [(source, target, str(count)) for (source, target), count in self.mapped.items()]
         width_source = max(len(row[0]) for row in rows)
