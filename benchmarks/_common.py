@@ -42,6 +42,11 @@ def cpu_speedups_switched(enabled: bool) -> Iterator[None]:
         cpu_speedups.ENABLED = previous
 
 
+# The repository's root, and the CTranslate2 weight types the engine benchmarks compare.
+REPOSITORY = Path(__file__).resolve().parent.parent
+CTRANSLATE2_WEIGHTS = ("float32", "int8")
+
+
 def benchmark_parser(doc: str | None, batch: int) -> argparse.ArgumentParser:
     """The options both benchmarks take; each adds its own."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import format_table, machine_line, paired_ratios, write_result  # noqa: E402
+from _common import CTRANSLATE2_WEIGHTS, format_table, machine_line, paired_ratios, write_result  # noqa: E402
 
 from hf_vanilla_transformer.common.text_lines import read_lines
 from hf_vanilla_transformer.evaluation.metrics import corpus_bleu  # noqa: E402
@@ -33,8 +33,6 @@ from hf_vanilla_transformer.inference.engines.export_common import load_for_expo
 from hf_vanilla_transformer.inference.engines.onnx_graphs import export_onnx
 from hf_vanilla_transformer.inference.engines.shortlist import build_shortlist
 from hf_vanilla_transformer.inference.translator import Translator, load_translator
-
-QUANTIZATIONS = ("float32", "int8")
 
 
 def build_engines(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Translator], dict]:
@@ -58,7 +56,7 @@ def build_engines(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Tr
             size=size,
         )
         shortlist_sizes[size] = statistics.mean(len(shortlist.allowed(tokens)) for tokens in tests)
-        for quantization in QUANTIZATIONS:
+        for quantization in CTRANSLATE2_WEIGHTS:
             folder = export_ctranslate2(
                 source, workdir / f"ct2-{quantization}-{size}", quantization=quantization, shortlist=shortlist
             )

@@ -26,6 +26,7 @@ from typing import BinaryIO, TextIO
 from tqdm.auto import tqdm
 
 from ..common.cli import (
+    STANDARD_STREAM,
     ArgumentParser,
     check_writable,
     finite_float,
@@ -43,7 +44,6 @@ from ..inference.sentence_splitting import SPLITTER_LANGUAGES
 from ..inference.translation import seed_sampling
 from .engine_options import add_engine_arguments, command_engine, load_command_translator
 
-STANDARD_STREAM = "-"
 # Lines translated at a time: sorted by length within a chunk, written in input order after it.
 CHUNK_LINES = 10_000
 

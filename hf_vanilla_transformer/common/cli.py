@@ -17,6 +17,9 @@ from typing import NoReturn, TextIO, TypeVar
 
 from . import text_lines
 
+# What a file argument takes for the standard input or output.
+STANDARD_STREAM = "-"
+
 
 def first_line(error: BaseException | str) -> str:
     """The first line of an error's message (of `error` itself, given as text), which a one-line refusal
