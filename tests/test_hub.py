@@ -38,6 +38,7 @@ from hf_vanilla_transformer.hub.model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
     NOT_MEASURED,
+    CardFacts,
     RunRecords,
     read_run_records,
     render_model_card,
@@ -591,7 +592,7 @@ def test_template_renders_for_both_paper_sizes_with_no_variable_left() -> None:
     template = CARD_TEMPLATE.read_text()
     cards = {
         name: render_model_card(
-            template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords()
+            template, CardFacts(REPO_ID, config, paper_generation_config(config), 1000, RunRecords())
         )
         for name, config in (("base", base), ("big", big))
     }
@@ -609,7 +610,7 @@ def test_template_renders_for_both_paper_sizes_with_no_variable_left() -> None:
     assert "(28.4 for this model size" in cards["big"].text and "dropout 0.3" in cards["big"].text
     # A converted Marian model keeps transformers' fixed bound.
     marian_like = GenerationConfig(num_beams=4, max_length=512)
-    card = render_model_card(template, REPO_ID, base, marian_like, 1000, RunRecords())
+    card = render_model_card(template, CardFacts(REPO_ID, base, marian_like, 1000, RunRecords()))
     assert "of at most 512 tokens." in card.text
 
 
@@ -618,21 +619,17 @@ def test_unknown_template_variable_or_missing_metadata_is_an_error() -> None:
     with pytest.raises(ValueError, match=r"\['blue'\]"):
         render_model_card(
             "---\n{{ card_data }}\n---\nBLEU {{ blue }}, code {'a': 1}",
-            REPO_ID,
-            config,
-            GenerationConfig(),
-            1,
-            RunRecords(),
+            CardFacts(REPO_ID, config, GenerationConfig(), 1, RunRecords()),
         )
     with pytest.raises(ValueError, match="card_data"):
-        render_model_card("BLEU {{ bleu }}", REPO_ID, config, GenerationConfig(), 1, RunRecords())
+        render_model_card("BLEU {{ bleu }}", CardFacts(REPO_ID, config, GenerationConfig(), 1, RunRecords()))
 
 
 def test_records_naming_local_data_leave_datasets_out() -> None:
     config = VanillaTransformerConfig(vocab_size=64)
     template = "---\n{{ card_data }}\n---\nData: {{ dataset }}\n"
     records = RunRecords(dataset="data/multi30k/train", bleu=1.0, test_set="data/multi30k/test_2016_flickr")
-    card = render_model_card(template, REPO_ID, config, GenerationConfig(), 1000, records)
+    card = render_model_card(template, CardFacts(REPO_ID, config, GenerationConfig(), 1000, records))
     assert card.data.datasets is None
     assert card.text == "Data: data/multi30k/train"
     dataset = card.data.to_dict()["model-index"][0]["results"][0]["dataset"]
@@ -828,12 +825,13 @@ def test_card_says_the_length_penalty_was_chosen_on_the_validation_set(tmp_path:
     )
     template = CARD_TEMPLATE.read_text()
     card = render_model_card(
-        template, REPO_ID, config, paper_generation_config(config, length_penalty=1.2), 1000, tuned
+        template, CardFacts(REPO_ID, config, paper_generation_config(config, length_penalty=1.2), 1000, tuned)
     )
     assert 'length penalty α = 1.2 in the "gnmt" form' in card.text
     assert "chosen on the validation set, whose BLEU at α = 0.6 / 1.2 was 25.21 / 26.60;" in card.text
     untuned = render_model_card(
-        template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords(dev_bleu=25.21)
+        template,
+        CardFacts(REPO_ID, config, paper_generation_config(config), 1000, RunRecords(dev_bleu=25.21)),
     )
     assert "α = 0.6 in the" in untuned.text and "chosen on the validation set" not in untuned.text
 
@@ -873,7 +871,8 @@ def test_card_describes_the_models_own_positions_and_vocabularies(
         vocab_size=64, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4, **overrides
     )
     card = render_model_card(
-        CARD_TEMPLATE.read_text(), REPO_ID, config, paper_generation_config(config), 1000, RunRecords()
+        CARD_TEMPLATE.read_text(),
+        CardFacts(REPO_ID, config, paper_generation_config(config), 1000, RunRecords()),
     )
     for text in expected:
         assert text in card.text, text

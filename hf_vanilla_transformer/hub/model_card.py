@@ -172,20 +172,29 @@ def _vocabulary_text(config: VanillaTransformerConfig) -> tuple[str, str]:
     )
 
 
-def card_values(
-    repo_id: str,
-    config: VanillaTransformerConfig,
-    generation_config: GenerationConfig,
-    num_parameters: int,
-    records: RunRecords,
-    ctranslate2: str | None = None,
-) -> dict[str, str]:
+@dataclass
+class CardFacts:
+    """What a model card tells of a model: its repo, config, decoding settings, size, the records of the run
+    that trained it, and `ctranslate2`, the weight type of the repo's CTranslate2 export ("float32", "int8",
+    ...; None when the repo has none)."""
+
+    repo_id: str
+    config: VanillaTransformerConfig
+    generation_config: GenerationConfig
+    num_parameters: int
+    records: RunRecords
+    ctranslate2: str | None = None
+
+
+def card_values(facts: CardFacts) -> dict[str, str]:
     """The value of each variable a model card template may use (`{{ name }}`), as text.
 
     `paper_model` is the paper's model size the card compares with: "big" for models of its width, "base"
-    otherwise. `ctranslate2` is the weight type of the repo's CTranslate2 export ("float32", "int8", ...),
-    empty when the repo has none (`{% if ctranslate2 %}` in a template).
+    otherwise. `ctranslate2` is empty when the repo has no CTranslate2 export (`{% if ctranslate2 %}` in a
+    template).
     """
+    repo_id, config, generation_config = facts.repo_id, facts.config, facts.generation_config
+    num_parameters, records, ctranslate2 = facts.num_parameters, facts.records, facts.ctranslate2
     averaged = records.averaged_checkpoints
     if averaged is None:
         averaging = NOT_MEASURED
@@ -319,18 +328,11 @@ def _template_line(error: BaseException) -> int | None:
 
 
 def render_model_card(
-    template: str,
-    repo_id: str,
-    config: VanillaTransformerConfig,
-    generation_config: GenerationConfig,
-    num_parameters: int,
-    records: RunRecords,
-    ctranslate2: str | None = None,
-    template_name: str = "The model card template",
+    template: str, facts: CardFacts, template_name: str = "The model card template"
 ) -> ModelCard:
-    """The model card: the Jinja `template` rendered with `card_data(...)` as `{{ card_data }}` (the YAML
-    block) and `card_values(...)` for its other variables; `ctranslate2` is the weight type of the repo's
-    CTranslate2 export, None when it has none. `template_name` (the file's path) starts every refusal.
+    """The model card of the model `facts` describe: the Jinja `template` rendered with `card_data(...)` as
+    `{{ card_data }}` (the YAML block) and `card_values(facts)` for its other variables. `template_name` (the
+    file's path) starts every refusal.
 
     Raises:
         CardTemplateError (a ValueError): the template is not valid Jinja (a syntax error, an unknown
@@ -338,7 +340,7 @@ def render_model_card(
             must not publish a blank), lacks `{{ card_data }}` (the card would carry no metadata), or its
             code fails while rendering (`{{ 1 / 0 }}`).
     """
-    values = card_values(repo_id, config, generation_config, num_parameters, records, ctranslate2)
+    values = card_values(facts)
     compiled, used = _compile_card_template(template, template_name)
     unknown = sorted(used - values.keys() - {"card_data"})
     if unknown:
@@ -349,7 +351,7 @@ def render_model_card(
         raise CardTemplateError(
             f"{template_name} must start with its metadata: ---, {{{{ card_data }}}}, ---."
         )
-    metadata = card_data(repo_id, records).to_yaml()
+    metadata = card_data(facts.repo_id, facts.records).to_yaml()
     try:
         text = compiled.render(card_data=metadata, **values)
     # Only the template's own code runs here, so whatever it raises is the template's to fix.
@@ -367,6 +369,7 @@ __all__ = [
     "CARD_TEMPLATE",
     "CTRANSLATE2_DIR",
     "NOT_MEASURED",
+    "CardFacts",
     "CardTemplateError",
     "RunRecords",
     "card_data",

@@ -39,6 +39,7 @@ from ..translation_pipeline import find_target_tokenizer
 from .model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
+    CardFacts,
     read_card_template,
     read_run_records,
     render_model_card,
@@ -107,16 +108,15 @@ def stage_repo(
     if model.generation_config._from_model_config:
         model.generation_config = paper_generation_config(model.config)
     # Rendered before any file is written or exported: a template the user must fix stops the push at once.
-    card = render_model_card(
-        template,
+    facts = CardFacts(
         repo_id,
         model.config,
         model.generation_config,
         model.num_parameters(),
         read_run_records(model_dir),
         ctranslate2=(ctranslate2_quantization or "float32") if with_ctranslate2 else None,
-        template_name=str(template_path),
     )
+    card = render_model_card(template, facts, template_name=str(template_path))
     pipeline_module = Path(translation_pipeline.__file__)
     # The format transformers' own Pipeline.save_pretrained writes for a custom pipeline.
     model.config.custom_pipelines = {
