@@ -332,7 +332,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         settings.limits.check(texts, body.alternatives)
         # As LibreTranslate's engine (argos-translate) does: each line of a text, and each sentence of a
         # line, translated by itself; the k-th alternative joins every sentence's k-th next best.
-        lines = [text.split("\n") for text in texts]
+        lines = [text_lines.split_lines(text) for text in texts]
         n_best = body.alternatives + 1
         every_line = [line for parts in lines for line in parts]
         sentences = iter(await translate_sentences(request, every_line, Options(n_best=n_best)))
