@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,8 +27,24 @@ import torch
 from tokenizers import Tokenizer, models
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups
 from hf_vanilla_transformer.conversion import convert_marian
+
+
+@contextmanager
+def cpu_speedups_switched(enabled: bool) -> Iterator[None]:
+    """`cpu_speedups.ENABLED` set to `enabled` within the block and restored after it. The switch is
+    process-wide: for comparisons in one process, not for a server whose threads should decode alike."""
+    previous, cpu_speedups.ENABLED = cpu_speedups.ENABLED, enabled
+    try:
+        yield
+    finally:
+        cpu_speedups.ENABLED = previous
+
+
+# The repository's root, and the CTranslate2 weight types the engine benchmarks compare.
+REPOSITORY = Path(__file__).resolve().parent.parent
+CTRANSLATE2_WEIGHTS = ("float32", "int8")
 
 
 def benchmark_parser(doc: str | None, batch: int) -> argparse.ArgumentParser:

@@ -34,13 +34,12 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line, write_result  # noqa: E402
+from _common import REPOSITORY, machine_line, write_result  # noqa: E402
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
 from hf_vanilla_transformer.inference.alignment import cross_attention_heads, pharaoh, word_attention  # noqa: E402
 from hf_vanilla_transformer.inference.translation import translate  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 Links = set[tuple[int, int]]
 NEIGHBOURS = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
 _EDGE_PUNCTUATION = re.compile(r"^\W+|\W+$")
@@ -237,14 +236,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=str(REPO / "runs" / "demo" / "model"))
-    parser.add_argument("--data", default=str(REPO / "data" / "multi30k"))
+    parser.add_argument("--model", default=str(REPOSITORY / "runs" / "demo" / "model"))
+    parser.add_argument("--data", default=str(REPOSITORY / "data" / "multi30k"))
     parser.add_argument("--sentences", type=int, default=1000, help="test pairs measured (from the start)")
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-own", action="store_true", help="skip the model's own translations")
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "results_alignment.json"))
-    parser.add_argument("--figure", default=str(REPO / "docs" / "figures" / "alignment_layers.png"))
+    parser.add_argument(
+        "--output", default=str(REPOSITORY / "benchmarks" / "results" / "results_alignment.json")
+    )
+    parser.add_argument("--figure", default=str(REPOSITORY / "docs" / "figures" / "alignment_layers.png"))
     args = parser.parse_args(argv)
     if importlib.util.find_spec("eflomal") is None:
         parser.error("the reference aligner eflomal is not installed: pip install eflomal")

@@ -2,7 +2,7 @@
 
 CTranslate2 chooses its CPU backend once per process: Intel MKL on Intel CPUs, oneDNN on the others (AMD);
 the environment variable CT2_USE_MKL=1 or 0 overrides the choice. This benchmark translates the same batch
-with our model exported to CTranslate2 (float32 and int8, `export.export_ctranslate2`, through
+with our model exported to CTranslate2 (float32 and int8, `ctranslate2_export.export_ctranslate2`, through
 `engines.CTranslate2Seq2SeqLM`) under each backend, each in a fresh process, and gives each backend's speed
 relative to oneDNN's: the median over rounds of t(oneDNN) / t(backend), with the backends in alternating
 order from round to round. Batch, lengths and forced output lengths are `bench_generate.py`'s.
@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    CTRANSLATE2_WEIGHTS,
     SIZES,
     benchmark_parser,
     format_table,
@@ -40,7 +41,6 @@ from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_c
 from hf_vanilla_transformer.inference.engines.export_common import ExportSource
 
 BACKENDS = {"oneDNN": "0", "MKL": "1"}  # the value of CT2_USE_MKL
-QUANTIZATIONS = ("float32", "int8")
 
 
 def time_exports(folder: Path, searches: list[str], new_tokens: int, threads: int) -> dict:
@@ -48,7 +48,7 @@ def time_exports(folder: Path, searches: list[str], new_tokens: int, threads: in
     search; the seconds and the outputs."""
     inputs = torch.load(folder / "batch.pt")
     result = {}
-    for quantization in QUANTIZATIONS:
+    for quantization in CTRANSLATE2_WEIGHTS:
         engine = CTranslate2Seq2SeqLM(folder / quantization, threads=threads)
         for search in searches:
             decode = lambda e=engine, b=SEARCHES[search]: hf_generate(e, inputs, b, new_tokens)  # noqa: E731
@@ -73,7 +73,7 @@ def bench_size(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     suppress_end_token(ours)
     folder = workdir / name
     source = ExportSource(ours, names_tokenizer(size.vocab), name="ours, random weights")
-    for quantization in QUANTIZATIONS:
+    for quantization in CTRANSLATE2_WEIGHTS:
         export_ctranslate2(source, folder / quantization, quantization=quantization)
     torch.save(source_batch(size, args.batch, args.src_len), folder / "batch.pt")
     threads = args.threads or torch.get_num_threads()

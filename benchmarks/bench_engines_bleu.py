@@ -7,7 +7,7 @@
 The model translates TEST_PREFIX.<src-lang> with its own decoding settings (for this package's models the
 paper's: beam 4, GNMT length penalty 0.6, input + 50) on each engine: PyTorch float32, CTranslate2 float32
 and int8, ONNX Runtime, and CTranslate2 float32 and int8 with a shortlist built from the training data
-(`export.build_shortlist`, `--shortlist-size` target tokens per source token, 100 always allowed) for each
+(`shortlist.build_shortlist`, `--shortlist-size` target tokens per source token, 100 always allowed) for each
 of `--shortlist-sizes`. sacreBLEU against TEST_PREFIX.<tgt-lang>, and the share of translations identical
 to PyTorch's, come from the first, untimed pass. Then each of `--repeats` rounds translates the test set
 once per engine, in alternating order, so that other load on the machine hits every engine alike; a
@@ -24,17 +24,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import format_table, machine_line, paired_ratios, write_result  # noqa: E402
+from _common import CTRANSLATE2_WEIGHTS, format_table, machine_line, paired_ratios, write_result  # noqa: E402
 
 from hf_vanilla_transformer.common.text_lines import read_lines
 from hf_vanilla_transformer.evaluation.metrics import corpus_bleu  # noqa: E402
 from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_ctranslate2
 from hf_vanilla_transformer.inference.engines.export_common import load_for_export
 from hf_vanilla_transformer.inference.engines.onnx_graphs import export_onnx
-from hf_vanilla_transformer.inference.shortlist import build_shortlist
+from hf_vanilla_transformer.inference.engines.shortlist import build_shortlist
 from hf_vanilla_transformer.inference.translator import Translator, load_translator
-
-QUANTIZATIONS = ("float32", "int8")
 
 
 def build_engines(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Translator], dict]:
@@ -58,7 +56,7 @@ def build_engines(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, Tr
             size=size,
         )
         shortlist_sizes[size] = statistics.mean(len(shortlist.allowed(tokens)) for tokens in tests)
-        for quantization in QUANTIZATIONS:
+        for quantization in CTRANSLATE2_WEIGHTS:
             folder = export_ctranslate2(
                 source, workdir / f"ct2-{quantization}-{size}", quantization=quantization, shortlist=shortlist
             )

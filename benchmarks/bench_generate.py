@@ -18,12 +18,13 @@ Each round runs every engine once in alternating order; a speed-up is the median
 t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
 
 Exported engines, where installed (`pip install -e .[export]`): ours exported by this package's exporters
-(`export.export_ctranslate2` in float32 and int8, translated through `engines.CTranslate2Seq2SeqLM`;
-`export.export_onnx`, through `engines.OnnxSeq2SeqLM`), and the Marian model converted by CTranslate2's own
-Marian converter (`ct2-marian-*`). CTranslate2 and ONNX Runtime get as many threads as torch. A missing
-engine skips its columns with the reason in `notes`. Their outputs are compared with Marian's but not
-required to match (other kernels; int8 weights). `--int8` adds ours with torch's dynamic int8
-quantization of the linear layers, with its agreement with the fp32 outputs as token accuracy and BLEU.
+(`ctranslate2_export.export_ctranslate2` in float32 and int8, translated through
+`engines.CTranslate2Seq2SeqLM`; `onnx_graphs.export_onnx`, through `engines.OnnxSeq2SeqLM`), and the Marian
+model converted by CTranslate2's own Marian converter (`ct2-marian-*`). CTranslate2 and ONNX Runtime get as
+many threads as torch. A missing engine skips its columns with the reason in `notes`. Their outputs are
+compared with Marian's but not required to match (other kernels; int8 weights). `--int8` adds ours with
+torch's dynamic int8 quantization of the linear layers, with its agreement with the fp32 outputs as token
+accuracy and BLEU.
 
 `--dtypes float32 bf16` decodes with the models' weights in each dtype (float32 first; the exported
 engines and int8 in float32 only); a bf16 search is named `beam4-bf16`, and its outputs are compared with
@@ -44,32 +45,15 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    EOS,
-    FIRST_ORDINARY,
-    SIZES,
-    Size,
-    add_device_option,
-    attempt,
-    benchmark_parser,
-    format_table,
-    machine_line,
-    model_pair,
-    names_tokenizer,
-    parse_device_args,
-    size_dict,
-    timed,
-    token_names,
-    write_result,
-)
+import _common as common  # noqa: E402
 
-from hf_vanilla_transformer import cpu_speedups
 from hf_vanilla_transformer.inference.engines.ctranslate2 import CTranslate2Seq2SeqLM
 from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_ctranslate2
 from hf_vanilla_transformer.inference.engines.export_common import ExportError, ExportSource
@@ -83,10 +67,10 @@ DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
 CUDA_DEFAULTS = {"sizes": ["base"], "batch": 64, "dtypes": list(DTYPES)}
 
 
-def source_batch(size: Size, batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def source_batch(size: common.Size, batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(FIRST_ORDINARY, size.vocab - 1, (batch, length), generator=generator)
-    ids[:, -1] = EOS
+    ids = torch.randint(common.FIRST_ORDINARY, size.vocab - 1, (batch, length), generator=generator)
+    ids[:, -1] = common.EOS
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
@@ -111,7 +95,7 @@ def hf_generate(
 
 def without_cpu_speedups(decode: Callable[[], torch.Tensor]) -> torch.Tensor:
     """`decode()` with `cpu_speedups.ENABLED` off: the same model as plain torch and transformers code."""
-    with cpu_speedups.switched(False):
+    with common.cpu_speedups_switched(False):
         return decode()
 
 
@@ -119,7 +103,7 @@ def suppress_end_token(*models: torch.nn.Module) -> None:
     """Forces full-length outputs through the weights: the end token's logit bias becomes -1e4."""
     with torch.no_grad():
         for model in models:
-            model.final_logits_bias[0, EOS] = -1e4
+            model.final_logits_bias[0, common.EOS] = -1e4
 
 
 class CTranslate2Engine:
@@ -130,7 +114,7 @@ class CTranslate2Engine:
         from ctranslate2.converters import Converter
         from ctranslate2.converters.transformers import MarianMTLoader
 
-        names = token_names(marian.config.vocab_size)
+        names = common.token_names(marian.config.vocab_size)
 
         class Vocabulary:  # what the loader reads from a tokenizer
             eos_token, unk_token = "</s>", "<unk>"
@@ -192,57 +176,68 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> dict[str, float]:
     return result
 
 
-def exported_engines(
-    ours: torch.nn.Module, size: Size, args: argparse.Namespace, workdir: Path, notes: list[str]
-) -> dict[str, torch.nn.Module | CTranslate2Seq2SeqLM]:
+@dataclass
+class EngineSetup:
+    """What the engines of one model size are made from: ours (float32), the source batch they decode,
+    the run's options, the folder for exports, and the run's `notes`, where an engine left out says why."""
+
+    ours: torch.nn.Module
+    size: common.Size
+    inputs: dict
+    args: argparse.Namespace
+    workdir: Path
+    notes: list[str]
+
+    def skip(self, reason: str) -> None:
+        """Note (and print) why an engine is left out."""
+        self.notes.append(reason)
+        print(reason, file=sys.stderr)
+
+    def decoding(self, model: object) -> Callable[[int], object]:
+        """The timed call of `model`: `generate()` on the batch with a given beam size."""
+        min_tokens = self.args.force == "min-tokens"
+        return lambda beams: hf_generate(model, self.inputs, beams, self.args.new_tokens, min_tokens)
+
+    def export_source(self) -> ExportSource:
+        return ExportSource(self.ours, common.names_tokenizer(self.size.vocab), name="ours, random weights")
+
+
+def exported_engines(setup: EngineSetup) -> dict[str, torch.nn.Module | CTranslate2Seq2SeqLM]:
     """Ours exported to CTranslate2 (float32, int8) and ONNX, loaded with torch's thread count; an export
     that cannot be made (engine not installed) is left out, with the reason added to `notes`."""
-    source = ExportSource(ours, names_tokenizer(size.vocab), name="ours, random weights")
+    source = setup.export_source()
     threads = torch.get_num_threads()
     loaders = {}
-    if not args.no_ctranslate2:
+    if not setup.args.no_ctranslate2:
         for quantization in ("float32", "int8"):
             loaders[f"ours-ct2-{quantization}"] = lambda out, q=quantization: CTranslate2Seq2SeqLM(
                 export_ctranslate2(source, out, quantization=q), threads=threads
             )
-    if not args.no_onnx:
+    if not setup.args.no_onnx:
         loaders["ours-onnx"] = lambda out: OnnxSeq2SeqLM(export_onnx(source, out), threads=threads)
     engines = {}
     for engine, load in loaders.items():
         try:
-            engines[engine] = load(workdir / engine)
+            engines[engine] = load(setup.workdir / engine)
         except ExportError as error:
-            notes.append(f"{engine} skipped: {error}")
-            print(notes[-1], file=sys.stderr)
+            setup.skip(f"{engine} skipped: {error}")
     return engines
 
 
-def gpu_ctranslate2_engines(
-    ours: torch.nn.Module,
-    size: Size,
-    inputs: dict,
-    args: argparse.Namespace,
-    workdir: Path,
-    notes: list[str],
-) -> dict[str, Callable[[int], object]]:
+def gpu_ctranslate2_engines(setup: EngineSetup) -> dict[str, Callable[[int], object]]:
     """Ours exported to CTranslate2 from the float32 weights and decoded on the GPU in float16 and
     int8_float16, as `translate --engine ctranslate2 --device cuda --compute-type ...` decodes; an engine
     CTranslate2 cannot load here is left out, with the reason added to `notes`."""
-    if args.no_ctranslate2:
+    if setup.args.no_ctranslate2:
         return {}
-    min_tokens = args.force == "min-tokens"
-    source = ExportSource(ours, names_tokenizer(size.vocab), name="ours, random weights")
     engines: dict[str, Callable[[int], object]] = {}
     try:
-        folder = export_ctranslate2(source, workdir / "ours-ct2", quantization="float32")
+        folder = export_ctranslate2(setup.export_source(), setup.workdir / "ours-ct2", quantization="float32")
         for compute_type in ("float16", "int8_float16"):
             model = CTranslate2Seq2SeqLM(folder, device="cuda", compute_type=compute_type)
-            engines[f"ours-ct2-{compute_type}"] = lambda beams, m=model: hf_generate(
-                m, inputs, beams, args.new_tokens, min_tokens
-            )
+            engines[f"ours-ct2-{compute_type}"] = setup.decoding(model)
     except (ExportError, ValueError, RuntimeError) as error:
-        notes.append(f"CTranslate2 on the GPU skipped: {error}")
-        print(notes[-1], file=sys.stderr)
+        setup.skip(f"CTranslate2 on the GPU skipped: {error}")
     return engines
 
 
@@ -257,36 +252,25 @@ def check(passed: bool, message: str, device: str, notes: list[str]) -> None:
     print(message, file=sys.stderr)
 
 
-def cpu_engines(
-    marian: torch.nn.Module,
-    ours: torch.nn.Module,
-    size: Size,
-    inputs: dict,
-    args: argparse.Namespace,
-    workdir: Path,
-    notes: list[str],
-) -> dict[str, Callable[[int], object]]:
+def cpu_engines(marian: torch.nn.Module, setup: EngineSetup) -> dict[str, Callable[[int], object]]:
     """The engines that decode on the CPU only, from the float32 weights: ours with int8 linear layers
     (`--int8`), the Marian model in CTranslate2, and ours exported to CTranslate2 and ONNX."""
+    args, inputs = setup.args, setup.inputs
     min_tokens = args.force == "min-tokens"
     engines: dict[str, Callable[[int], object]] = {}
     if args.int8:
-        quantized = quantize_int8(ours)
-        engines["ours-int8"] = lambda beams: hf_generate(
-            quantized, inputs, beams, args.new_tokens, min_tokens
-        )
+        engines["ours-int8"] = setup.decoding(quantize_int8(setup.ours))
     if not args.no_ctranslate2:
         try:
             for compute_type in ("float32", "int8"):
-                engine = CTranslate2Engine(marian, compute_type, workdir)
+                engine = CTranslate2Engine(marian, compute_type, setup.workdir)
                 engines[f"ct2-marian-{compute_type}"] = (
                     lambda beams, e=engine: e.generate(inputs, beams, args.new_tokens, min_tokens)  # noqa: B008
                 )
         except ImportError:
-            notes.append("CTranslate2 is not installed: its columns are skipped (pip install ctranslate2).")
-            print(notes[-1], file=sys.stderr)
-    for engine, model in exported_engines(ours, size, args, workdir, notes).items():
-        engines[engine] = lambda beams, m=model: hf_generate(m, inputs, beams, args.new_tokens, min_tokens)
+            setup.skip("CTranslate2 is not installed: its columns are skipped (pip install ctranslate2).")
+    for engine, model in exported_engines(setup).items():
+        engines[engine] = setup.decoding(model)
     return engines
 
 
@@ -303,7 +287,7 @@ def bench_search(
     errors: dict[str, str] = {}
     outputs = {}
     for engine, fn in engines.items():
-        output = attempt(args.device, engine, partial(fn, beams), errors)
+        output = common.attempt(args.device, engine, partial(fn, beams), errors)
         if output is not None:
             outputs[engine] = sequences_of(output)
     if "marian" not in outputs:
@@ -329,8 +313,11 @@ def bench_search(
     for round_ in range(args.repeats):
         order = list(times) if round_ % 2 == 0 else list(times)[::-1]
         for engine in (e for e in order if e not in errors):
-            t = attempt(
-                args.device, engine, partial(timed, partial(engines[engine], beams), args.device), errors
+            t = common.attempt(
+                args.device,
+                engine,
+                partial(common.timed, partial(engines[engine], beams), args.device),
+                errors,
             )
             if t is not None:
                 times[engine].append(t)
@@ -351,8 +338,8 @@ def bench_search(
     return {"outputs_identical_fp32": identical, **result} if float32 else result
 
 
-def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -> dict:
-    marian, ours = model_pair(size, seed=0, dropout=0.1, attn=args.attn)
+def bench_size(name: str, size: common.Size, args: argparse.Namespace, workdir: Path) -> dict:
+    marian, ours = common.model_pair(size, seed=0, dropout=0.1, attn=args.attn)
     marian.eval()
     ours.eval()
     min_tokens = args.force == "min-tokens"
@@ -362,10 +349,11 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
         key: value.to(args.device) for key, value in source_batch(size, args.batch, args.src_len).items()
     }
     notes = []
+    setup = EngineSetup(ours, size, inputs, args, workdir / name, notes)
     if args.device == "cpu":
-        extra = cpu_engines(marian, ours, size, inputs, args, workdir / name, notes)
+        extra = cpu_engines(marian, setup)
     else:
-        extra = gpu_ctranslate2_engines(ours, size, inputs, args, workdir / name, notes)
+        extra = gpu_ctranslate2_engines(setup)
         notes.append("ONNX Runtime and torch's int8 decode on the CPU: not run on the GPU.")
     searches = {}
     # float32 first: the models are cast in place, and bf16 weights would not give the float32 ones back.
@@ -391,7 +379,7 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
                 **bench_search(f"{name} {key}", SEARCHES[search], engines, dtype == "float32", args),
             }
     return {
-        "size": size_dict(size),
+        "size": common.size_dict(size),
         "batch": args.batch,
         "src_len": args.src_len,
         "new_tokens": args.new_tokens,
@@ -401,8 +389,8 @@ def bench_size(name: str, size: Size, args: argparse.Namespace, workdir: Path) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__, batch=32)
-    add_device_option(parser)
+    parser = common.benchmark_parser(__doc__, batch=32)
+    common.add_device_option(parser)
     parser.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES))
     parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=list(DTYPES), help="weights")
     parser.add_argument(
@@ -423,16 +411,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-ctranslate2", action="store_true", help="no CTranslate2 columns")
     parser.add_argument("--no-onnx", action="store_true", help="no ONNX Runtime column")
     parser.add_argument("--output", default="benchmarks/results/results_generate.json")
-    args = parse_device_args(parser, argv, CUDA_DEFAULTS)
+    args = common.parse_device_args(parser, argv, CUDA_DEFAULTS)
     if args.quick:
         args.sizes, args.batch, args.src_len, args.new_tokens, args.repeats = ["tiny"], 4, 8, 8, 1
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    result: dict = {"machine": machine_line(), "args": vars(args), "sizes": {}}
+    result: dict = {"machine": common.machine_line(), "args": vars(args), "sizes": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.sizes:
-            result["sizes"][name] = bench_size(name, SIZES[name], args, Path(tmp))
+            result["sizes"][name] = bench_size(name, common.SIZES[name], args, Path(tmp))
 
     header = ["size", "search", "engine", "tok/s", "x Marian", "identical sentences", "BLEU vs ref"]
     rows = []
@@ -455,13 +443,13 @@ def main(argv: list[str] | None = None) -> dict:
                         f"{row['bleu_vs_reference']:.1f}" if "bleu_vs_reference" in row else "",
                     ]
                 )
-    print(format_table(header, rows))
+    print(common.format_table(header, rows))
     fp32 = [s for d in result["sizes"].values() for s in d["searches"].values() if s["dtype"] == "float32"]
     # A float32 search where Marian failed has no verdict: it counts as not identical.
     ok = all(s.get("outputs_identical_fp32", False) for s in fp32) if fp32 else None
     result["outputs_identical_fp32"] = ok
     print(f"ours and Marian outputs identical in fp32: {ok}")
-    write_result(result, args.output)
+    common.write_result(result, args.output)
     return result
 
 

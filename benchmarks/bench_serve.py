@@ -63,13 +63,12 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line, write_result  # noqa: E402
+from _common import REPOSITORY, machine_line, write_result  # noqa: E402
 
 from hf_vanilla_transformer.inference.sentence_splitting import SPLITTER_LANGUAGES
 from hf_vanilla_transformer.inference.translator import load_translator
 
-REPO = Path(__file__).resolve().parent.parent
-MULTI30K_TEST = REPO.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en"
+MULTI30K_TEST = REPOSITORY.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en"
 
 
 def free_port() -> int:
@@ -518,7 +517,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default=str(REPO / "runs" / "demo" / "model"), help="model folder")
+    parser.add_argument("--model", default=str(REPOSITORY / "runs" / "demo" / "model"), help="model folder")
     parser.add_argument("--data", default=str(MULTI30K_TEST), help="sentences to send, one a line")
     parser.add_argument("--source-lang", default="en", help="the model's source language")
     parser.add_argument("--target-lang", default="de", help="the model's target language")
@@ -571,7 +570,7 @@ def main(argv: list[str] | None = None) -> None:
         help="serve from the hf_vanilla_transformer package in this folder (another checkout)",
     )
     parser.add_argument("--quick", action="store_true", help="2-3 s runs, few clients: a smoke test")
-    parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "results_serve.json"))
+    parser.add_argument("--output", default=str(REPOSITORY / "benchmarks" / "results" / "results_serve.json"))
     args = parser.parse_args(argv)
     if Path(args.model).exists():  # the server may run in another folder (--server-code)
         args.model = str(Path(args.model).resolve())
@@ -656,7 +655,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(result["beside_long_texts"], indent=1))
 
     paragraph = paragraph_of(sentences, args.paragraph_chars)
-    result["server_code"] = args.server_code or str(REPO)
+    result["server_code"] = args.server_code or str(REPOSITORY)
     if args.fairness_only or args.long_only:
         (measure_fairness if args.fairness_only else measure_long_texts)()
         write_result(result, args.output)

@@ -73,6 +73,7 @@ from _common import (  # noqa: E402
     add_device_option,
     attempt,
     benchmark_parser,
+    cpu_speedups_switched,
     format_table,
     gemm_peaks,
     machine_line,
@@ -87,21 +88,20 @@ from _memory import step_memory  # noqa: E402
 from hf_vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
-    cpu_speedups,
 )
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer  # noqa: E402
 from hf_vanilla_transformer.training import loss as training_loss
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
 from hf_vanilla_transformer.training.length_buckets import pad_to_buckets  # noqa: E402
-from hf_vanilla_transformer.training.pipeline import cpu_bf16_training  # noqa: E402
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
+from hf_vanilla_transformer.training.trainer import cpu_bf16_training  # noqa: E402
 
 # One process compiles several models and modes: more than torch's default of 8 graphs per function.
 torch._dynamo.config.recompile_limit = 64
 torch._dynamo.config.accumulated_recompile_limit = 512
 
 MODES = ("fp32-eager", "bf16-eager", "fp32-compile", "bf16-compile")
-# Ours only, against Marian's fp32-eager: bf16 autocast as scripts/train.py runs it on a CPU
+# Ours only, against Marian's fp32-eager: bf16 autocast as `vanilla-transformer train` runs it on a CPU
 # (`cpu_bf16_training`: eager attention and fast dropout masks) with the fused Adam.
 FAST_MODES = ("bf16-eager-attn_eager", "bf16-compile-attn_eager")
 # What --device cuda changes, for the options not given (see the module docstring).
@@ -263,7 +263,7 @@ class Trainee:
         module = self.compiled if compile_ else self.model
         try:
             lever = chunked_loss_on_every_device() if self.chunked_loss else nullcontext()
-            with cpu_speedups.switched(self.cpu_speedups_on), lever:
+            with cpu_speedups_switched(self.cpu_speedups_on), lever:
                 with autocast(precision, self.device):
                     loss = self.loss(module, batch)
                 loss.backward()

@@ -58,7 +58,7 @@ PAPER_SYMBOLS: dict[str, tuple[str, ...]] = {
 }
 
 # The key under which configs saved by earlier versions of the package carry the label smoothing of their
-# training run (Section 5.4's eps_ls), which is a setting of training: `legacy_label_smoothing` reads it.
+# training run (Section 5.4's eps_ls), which is a setting of training: `training/legacy` reads it.
 LEGACY_LABEL_SMOOTHING = "label_smoothing"
 
 
@@ -312,12 +312,6 @@ class VanillaTransformerConfig(PreTrainedConfig):
                         f"{name}={token_id} lies outside the vocabulary [0, {size}). "
                         "Use the ids your tokenizer gives its special tokens."
                     )
-
-
-def legacy_label_smoothing(config: PreTrainedConfig) -> float | None:
-    """The label smoothing that a config saved by an earlier version of the package records of its training
-    run, else None."""
-    return getattr(config, LEGACY_LABEL_SMOOTHING, None)
 
 
 def _integer(value: Any) -> bool:

@@ -56,18 +56,6 @@ def onednn_float32_linear_pays(features: CPUFeatures) -> bool:
 _ONEDNN_FLOAT32_LINEAR = onednn_float32_linear_pays(cpu_features())
 
 
-@contextmanager
-def switched(enabled: bool) -> Iterator[None]:
-    """`ENABLED` set to `enabled` within the block and restored after it. The switch is process-wide: for
-    comparisons in one process (benchmarks), not for a server whose threads should decode alike."""
-    global ENABLED
-    previous, ENABLED = ENABLED, enabled
-    try:
-        yield
-    finally:
-        ENABLED = previous
-
-
 def eager_cpu(tensor: torch.Tensor) -> bool:
     """A tensor on the CPU outside torch.compile's tracing and torch.func's transforms, with speed-ups on."""
     return (

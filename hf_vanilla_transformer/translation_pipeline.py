@@ -6,7 +6,7 @@ config names its own code for that task. This module provides the pipeline both 
 - With the package imported, `TranslationPipeline` is registered with transformers' public pipeline registry
   under the task `TASK` ("seq2seq-translation"), so `pipeline("seq2seq-translation", model=...)` translates
   with any encoder-decoder model, with no remote code. transformers' own tables are left as they are.
-- Hub repos published by `scripts/push_to_hub.py` carry a copy of this file and a `custom_pipelines` entry
+- Hub repos published by `vanilla-transformer push` carry a copy of this file and a `custom_pipelines` entry
   for `HUB_TASK` ("translation") in config.json, so that users without the package call
   `pipeline("translation", model=repo, trust_remote_code=True)`.
 

@@ -1,13 +1,20 @@
 """The package's layout is its architecture (docs/architecture.md): the model's own files at the root, which
 `save_pretrained` copies next to the weights, and one folder for each wing, layered so that a wing imports
-only from the wings below it; and no module imports itself back through a loop."""
+only from the wings below it; no module imports itself back through a loop; the benchmarks import what the
+package has; and every module path a docstring gives exists."""
 
 import ast
+import importlib
+import importlib.util
+import re
 from pathlib import Path
 
 import hf_vanilla_transformer
 
 PACKAGE = Path(hf_vanilla_transformer.__file__).resolve().parent
+REPOSITORY = PACKAGE.parent
+# Code outside the package that imports it.
+OUTSIDE_CODE = ("benchmarks",)
 # The model's files: what a saved model carries as its code (`trust_remote_code=True`).
 MODEL_FILES = {
     "__init__",
@@ -72,7 +79,29 @@ def imports(name: str, path: Path, known: dict[str, Path], tree: ast.AST | None 
             for alias in node.names:
                 if alias.name.startswith(hf_vanilla_transformer.__name__ + "."):
                     found.add(alias.name.split(".", 1)[1])
+        elif (dotted := _imported_by_importlib(node, package)) is not None:
+            found.add(dotted)
     return {module for module in found if module in known and module != name}
+
+
+def _imported_by_importlib(node: ast.AST, package: list[str]) -> str | None:
+    """The package module that `importlib.import_module("...")` imports at `node`, where its name is a
+    constant (absolute, or relative with the package as anchor); None for any other node."""
+    if not (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "import_module"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return None
+    target = node.args[0].value
+    if target.startswith("."):
+        level = len(target) - len(target.lstrip("."))
+        return ".".join([*package[: len(package) - (level - 1)], target.lstrip(".")])
+    prefix = hf_vanilla_transformer.__name__ + "."
+    return target.removeprefix(prefix) if target.startswith(prefix) else None
 
 
 def layer(name: str) -> int:
@@ -131,3 +160,115 @@ def test_no_module_imports_itself_back():
         if name not in state:
             visit(name, [name])
     assert loops == []
+
+
+def test_importlib_imports_are_read():
+    """A module imported by name through importlib counts as an import of it."""
+    known = modules()
+    code = "import importlib\nimportlib.import_module('hf_vanilla_transformer.training.pipeline')\n"
+    found = imports("commands.example", PACKAGE / "commands" / "example.py", known, ast.parse(code))
+    assert found == {"training.pipeline"}
+
+
+def _outside_files() -> list[Path]:
+    return sorted(path for folder in OUTSIDE_CODE for path in (REPOSITORY / folder).glob("*.py"))
+
+
+def test_the_benchmarks_import_what_the_package_has():
+    """Every name that the code outside the package imports from it exists there, so that moving a module
+    or a name inside the package cannot leave a benchmark importing where nothing is."""
+    missing = []
+    for path in _outside_files():
+        for node in ast.walk(syntax(path)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                hf_vanilla_transformer.__name__
+            ):
+                module = importlib.import_module(node.module)
+                missing += [
+                    f"{path.relative_to(REPOSITORY)}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if not hasattr(module, alias.name)
+                    and importlib.util.find_spec(f"{node.module}.{alias.name}") is None
+                ]
+            elif isinstance(node, ast.Import):
+                missing += [
+                    f"{path.relative_to(REPOSITORY)}: {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith(hf_vanilla_transformer.__name__)
+                    and importlib.util.find_spec(alias.name) is None
+                ]
+    assert missing == []
+
+
+# A module path in a docstring: `module.name`, `wing/module.name` or `package.module`, in backquotes.
+DOTTED = re.compile(r"`([A-Za-z_][\w/]*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
+# Names of files, not of modules: `config.json`, `translation_pipeline.py`, and corpora by their language,
+# `train.en`.
+FILE_SUFFIXES = {"py", "json", "txt", "md", "gz", "csv", "tsv", "jsonl", "safetensors", "model", "spm"}
+LANGUAGE_SUFFIX = re.compile(r"[a-z]{2}")
+
+
+def _docstrings(tree: ast.AST) -> list[str]:
+    nodes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [doc for node in ast.walk(tree) if isinstance(node, nodes) and (doc := ast.get_docstring(node))]
+
+
+def _resolves(obj: object, names: list[str]) -> bool:
+    for name in names:
+        if not hasattr(obj, name):
+            return False
+        obj = getattr(obj, name)
+    return True
+
+
+def _external(parts: list[str]) -> bool:
+    """Whether `parts` name something of another installed package (`torch.compile`,
+    `ctranslate2.Translator`)."""
+    try:
+        return importlib.util.find_spec(parts[0]) is not None and _resolves(
+            importlib.import_module(parts[0]), parts[1:]
+        )
+    except ImportError:
+        return False
+
+
+def stale_module_path(reference: str, known: dict[str, Path]) -> bool:
+    """Whether `reference` (`engines.shortlist.build_shortlist`, `training/resume.whole_run_loss`) starts
+    with the trailing parts of a package module's dotted name but names nothing in any such module. A
+    reference that starts with no module's name (`model.config`) is not a module path."""
+    parts = reference.replace("/", ".").split(".")
+    if parts[-1] in FILE_SUFFIXES or (len(parts) == 2 and LANGUAGE_SUFFIX.fullmatch(parts[-1])):
+        return False
+    tried = False
+    for cut in range(len(parts), 0, -1):
+        for name in known:
+            dotted = name.split(".") if name else []
+            if len(dotted) >= cut and dotted[-cut:] == parts[:cut]:
+                tried = True
+                module = importlib.import_module(".".join([hf_vanilla_transformer.__name__, *dotted]))
+                if _resolves(module, parts[cut:]):
+                    return False
+    return tried and not _external(parts)
+
+
+def test_stale_module_paths_are_found():
+    known = modules()
+    assert stale_module_path("engines.shortlist.build_shortlist", known) is False
+    assert stale_module_path("training/resume.whole_run_loss", known) is False
+    assert stale_module_path("export.build_shortlist", known) is True
+    assert stale_module_path("training._with_recorded_label_smoothing", known) is True
+    assert stale_module_path("torch.compile", known) is False
+    assert stale_module_path("model.config", known) is False
+
+
+def test_every_module_path_a_docstring_gives_exists():
+    known = modules()
+    files = [*known.values(), *_outside_files()]
+    stale = [
+        f"{path.relative_to(REPOSITORY)}: {reference}"
+        for path in files
+        for doc in _docstrings(syntax(path))
+        for reference in DOTTED.findall(doc)
+        if stale_module_path(reference, known)
+    ]
+    assert stale == []

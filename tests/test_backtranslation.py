@@ -13,7 +13,8 @@ from hf_vanilla_transformer.commands import train as train_command
 from hf_vanilla_transformer.common.tokenization import SPECIAL_TOKENS, train_shared_bpe_tokenizer
 from hf_vanilla_transformer.training import pipeline as training
 from hf_vanilla_transformer.training.data import read_text_pair
-from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.pipeline import run_training
+from hf_vanilla_transformer.training.settings import TrainingSettings
 
 REAL, SYNTHETIC, DEV = 120, 80, 10
 TAG = "<BT>"

@@ -1,7 +1,6 @@
 """The Keras chatbot tutorial on this package: preprocessing, data, a short training run, answers and CLI."""
 
 import csv
-import importlib.util
 import io
 import json
 import math
@@ -10,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import REPO_ROOT
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.training.chatbot import (
     DEFAULT_DATA,
     SETTINGS_FILE,
@@ -45,10 +44,7 @@ TINY = ChatbotSettings(
 
 
 def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return command_module(name)
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,8 @@
-"""The commands of `vanilla-transformer` and the scripts in scripts/ that run them: every option explained,
-bad input refused in one line with exit status 2, translate's line-for-line output and standard streams,
-train's defaults and model overrides."""
+"""The commands of `vanilla-transformer`: every option explained, bad input refused in one line with exit
+status 2, translate's line-for-line output and standard streams, train's defaults and model overrides."""
 
 import argparse
 import dataclasses
-import importlib.util
 import io
 import json
 import os
@@ -13,11 +11,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_model
+from conftest import tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from hf_vanilla_transformer.commands import COMMANDS, command_module
@@ -29,9 +26,6 @@ from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenize
 from hf_vanilla_transformer.training.chatbot import read_chatbot_settings
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
 
-SCRIPTS = REPO_ROOT / "scripts"
-# The one script that is not a command of `vanilla-transformer`.
-OWN_SCRIPTS = ("plot_figures",)
 SENTENCES = ["A dog runs in the park.", "Two men talk.", "A girl reads a book.", "The dog sleeps."]
 # Every non-empty input translates to the first token of this word, repeated: the tiny model's logits bias
 # makes sure.
@@ -39,20 +33,14 @@ FORCED_WORD = "dog"
 FORCED_LENGTH = 3
 
 
-def load_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_script(
+def run_subcommand(
     name: str, *args: str, stdin: str = "", launcher: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
-    """`python scripts/NAME.py ARGS`, started through `launcher` (a command that runs the rest) if given."""
+    """`python -m hf_vanilla_transformer NAME ARGS`, started through `launcher` (a command that runs the
+    rest) if given."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(
-        [*launcher, sys.executable, str(SCRIPTS / f"{name}.py"), *args],
+        [*launcher, sys.executable, "-m", "hf_vanilla_transformer", name, *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -98,9 +86,9 @@ def parser_actions(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.
     return found
 
 
-@pytest.mark.parametrize("name", [*COMMANDS, *OWN_SCRIPTS])
+@pytest.mark.parametrize("name", COMMANDS)
 def test_every_option_has_help(name: str) -> None:
-    module = command_module(name) if name in COMMANDS else load_script(name)
+    module = command_module(name)
     parser = module.build_parser()
     unexplained = [
         (prog, action.dest) for prog, action in parser_actions(parser) if not (action.help or "").strip()
@@ -108,11 +96,11 @@ def test_every_option_has_help(name: str) -> None:
     assert unexplained == []
 
 
-@pytest.mark.parametrize("name", [*COMMANDS, *OWN_SCRIPTS])
+@pytest.mark.parametrize("name", COMMANDS)
 def test_help_examples_keep_their_line_breaks(name: str) -> None:
     """A backslash at the end of a docstring line joins it to the next: an example meant as two shell lines
     would show as one with a run of spaces in the middle."""
-    module = command_module(name) if name in COMMANDS else load_script(name)
+    module = command_module(name)
     joined = [line for line in (module.__doc__ or "").splitlines() if re.search(r"\S {5,}--", line)]
     assert joined == []
 
@@ -152,12 +140,12 @@ BAD_INPUTS = {
     ),
     "translate: batch size 0": ("translate", ["--model", "MODEL", "--batch-size", "0"], "--batch-size"),
     "average: --last with --checkpoints": (
-        "average_checkpoints",
+        "average",
         ["--checkpoints", "a", "b", "--last", "2", "--output", "out"],
         "--last",
     ),
     "average: --last 0": (
-        "average_checkpoints",
+        "average",
         ["--run-dir", "runs", "--last", "0", "--output", "out"],
         "--last",
     ),
@@ -240,32 +228,32 @@ BAD_INPUTS = {
         "is a folder",
     ),
     "evaluate: hypotheses not UTF-8": (
-        "evaluate_bleu",
+        "evaluate",
         ["--hypotheses", "LATIN1", "--references", "SOURCE"],
         "--hypotheses",
     ),
     "average: output holds files already": (
-        "average_checkpoints",
+        "average",
         ["--checkpoints", "MODEL", "EMPTY", "--output", "FOLDER"],
         "not empty",
     ),
     "convert: no such --src": (
-        "convert_checkpoint",
+        "convert",
         ["--from", "marian", "--src", "MISSING", "--out", "EMPTY"],
         "--src",
     ),
     "convert: --out holds files already": (
-        "convert_checkpoint",
+        "convert",
         ["--from", "marian", "--src", "MODEL", "--out", "FOLDER"],
         "not empty",
     ),
     "push: a shard size without a unit": (
-        "push_to_hub",
+        "push",
         ["--model-dir", "MODEL", "--repo-id", "someone/x", "--max-shard-size", "banana"],
         "--max-shard-size",
     ),
     "average: output a file": (
-        "average_checkpoints",
+        "average",
         ["--checkpoints", "MODEL", "EMPTY", "--output", "SOURCE"],
         "is a file",
     ),
@@ -276,17 +264,17 @@ BAD_INPUTS = {
         "is an export for ctranslate2, not a PyTorch model folder",
     ),
     "push: an export": (
-        "push_to_hub",
+        "push",
         ["--model-dir", "EXPORT", "--repo-id", "someone/x"],
         "is an export for ctranslate2, not a PyTorch model folder",
     ),
     "push: a shard size of 0": (
-        "push_to_hub",
+        "push",
         ["--model-dir", "MODEL", "--repo-id", "someone/x", "--max-shard-size", "0"],
         "--max-shard-size",
     ),
     "push: a card template not UTF-8": (
-        "push_to_hub",
+        "push",
         ["--model-dir", "MODEL", "--repo-id", "someone/x", "--card", "LATIN1"],
         "latin1.en, line 1: not valid UTF-8",
     ),
@@ -376,10 +364,10 @@ def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp
     (tmp_path / "blank.en").write_text("\n \n\n", encoding="utf-8")
     replacements["BAD_GENERATION_CONFIG"] = str(tmp_path / "bad_generation_config")
     replacements["BLANK_FILE"] = str(tmp_path / "blank.en")
-    result = run_script(name, *[replacements.get(arg, arg) for arg in args])
+    result = run_subcommand(name, *[replacements.get(arg, arg) for arg in args])
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith(f"{name}.py: error: ") and named in result.stderr
+    assert result.stderr.startswith(f"vanilla-transformer {name}: error: ") and named in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -398,12 +386,12 @@ UNWRITABLE_OUTPUTS = {
         ["--model", "MODEL", "--input", "SOURCE", "--output", "READONLY/out"],
     ),
     "average --output": (
-        "average_checkpoints",
+        "average",
         ["--checkpoints", "MODEL", "READONLY_MODEL", "--output", "READONLY/average"],
     ),
     "export --out": ("export", ["--model", "MODEL", "--to", "onnx", "--out", "READONLY/onnx"]),
     "convert --out": (
-        "convert_checkpoint",
+        "convert",
         ["--from", "marian", "--src", "MODEL", "--out", "READONLY/model"],
     ),
     "train --output-dir": ("train", ["--output-dir", "READONLY/run"]),
@@ -416,18 +404,20 @@ UNWRITABLE_OUTPUTS = {
 
 
 def run_without_permission_override(name: str, *args: str) -> subprocess.CompletedProcess:
-    """`run_script`, where file permissions bind this user (root included)."""
+    """`run_subcommand`, where file permissions bind this user (root included)."""
     if os.geteuid() != 0:
-        return run_script(name, *args)
+        return run_subcommand(name, *args)
     if shutil.which("setpriv") is None:
         pytest.skip("runs as root without setpriv (util-linux), so file permissions do not bind it")
-    return run_script(name, *args, launcher=WITHOUT_PERMISSION_OVERRIDE)
+    return run_subcommand(name, *args, launcher=WITHOUT_PERMISSION_OVERRIDE)
 
 
 def assert_permission_refusal(result: subprocess.CompletedProcess, name: str, path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith(f"{name}.py: error: ") and str(path) in result.stderr, result.stderr
+    assert result.stderr.startswith(f"vanilla-transformer {name}: error: ") and str(path) in result.stderr, (
+        result.stderr
+    )
     assert "permission denied" in result.stderr or "may not read" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -476,13 +466,13 @@ def test_an_input_this_user_may_not_read_is_one_line(tmp_path: Path) -> None:
     shutil.copyfile(tmp_path / "dev.de", tmp_path / "hypotheses.de")
     (tmp_path / "hypotheses.de").chmod(0o000)
     result = run_without_permission_override(
-        "evaluate_bleu",
+        "evaluate",
         "--hypotheses",
         str(tmp_path / "hypotheses.de"),
         "--references",
         str(tmp_path / "dev.de"),
     )
-    assert_permission_refusal(result, "evaluate_bleu", tmp_path)
+    assert_permission_refusal(result, "evaluate", tmp_path)
     assert f"permission denied on {tmp_path / 'hypotheses.de'}" in result.stderr
 
 
@@ -493,7 +483,7 @@ def test_a_new_folder_may_be_written_where_its_nearest_existing_folder_may(tmp_p
 
 
 def test_translate_gives_an_empty_line_for_an_empty_line(model_dir: Path) -> None:
-    result = run_script("translate", "--model", str(model_dir), stdin="A dog runs.\n\nTwo men.\n")
+    result = run_subcommand("translate", "--model", str(model_dir), stdin="A dog runs.\n\nTwo men.\n")
     assert result.returncode == 0, result.stderr
     forced = forced_translation(model_dir)
     assert forced.strip()
@@ -574,15 +564,18 @@ def test_a_refused_training_run_leaves_no_recipe_behind(tmp_path: Path) -> None:
         (tmp_path / f"tiny.{side}").write_text("A dog runs.\nTwo men.\n", encoding="utf-8")
     output = tmp_path / "run"
     args = ["--train", str(tmp_path / "tiny"), "--dev", "none", "--test", "none", "--output-dir", str(output)]
-    result = run_script("train", *args, "--init-from", str(tmp_path / "no-such-model"))
+    result = run_subcommand("train", *args, "--init-from", str(tmp_path / "no-such-model"))
     assert result.returncode == 2 and "no such folder" in result.stderr, result.stderr
     assert not (output / "training_recipe.json").exists()
 
 
 def test_push_without_a_hub_to_reach_ends_in_one_line(model_dir: Path) -> None:
     """The model is staged first (with its progress bars), then the Hub is out of reach: HF_HUB_OFFLINE."""
-    result = run_script("push_to_hub", "--model-dir", str(model_dir), "--repo-id", "someone/x")
+    result = run_subcommand("push", "--model-dir", str(model_dir), "--repo-id", "someone/x")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("push_to_hub.py: error: cannot reach the Hub (") and "HF_HUB_OFFLINE" in last
+    assert (
+        last.startswith("vanilla-transformer push: error: cannot reach the Hub (")
+        and "HF_HUB_OFFLINE" in last
+    )

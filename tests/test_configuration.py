@@ -9,7 +9,7 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.configuration_vanilla_transformer import legacy_label_smoothing
+from hf_vanilla_transformer.training.legacy import legacy_label_smoothing
 
 
 def count_parameters(config: VanillaTransformerConfig) -> int:

@@ -1,4 +1,4 @@
-"""scripts/convert_checkpoint.py and the converters in hf_vanilla_transformer.conversion.
+"""`vanilla-transformer convert` and the converters in hf_vanilla_transformer.conversion.
 
 A converted model must compute what its source computes. Marian is checked against transformers'
 MarianMTModel. For fairseq, transformers' FSMTForConditionalGeneration (a port of fairseq's transformer) is
@@ -6,7 +6,6 @@ the reference: its weights are written out under the key names and in the checkp
 """
 
 import argparse
-import importlib.util
 import io
 import json
 import shutil
@@ -29,6 +28,7 @@ from transformers import (
 )
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.common.model_location import RESULTS_FILE
 from hf_vanilla_transformer.common.tokenization import load_tokenizer
 from hf_vanilla_transformer.conversion import (
@@ -43,13 +43,12 @@ from hf_vanilla_transformer.hub.publishing import stage_repo
 from hf_vanilla_transformer.inference.translation import load_tokenizers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = REPO_ROOT / "scripts" / "convert_checkpoint.py"
 TOLERANCE = 1e-4
 
 
 def run_script(*args: object) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)],
+        [sys.executable, "-m", "hf_vanilla_transformer", "convert", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -59,10 +58,7 @@ def run_script(*args: object) -> subprocess.CompletedProcess:
 
 
 def script_main():
-    spec = importlib.util.spec_from_file_location("convert_checkpoint", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    return command_module("convert").main
 
 
 def padded_batch(vocab_size: int, target_vocab_size: int, pad: int, start: int, seed: int = 1):
@@ -380,10 +376,7 @@ def test_translate_decodes_with_the_target_tokenizer(tmp_path):
     convert_fairseq_checkpoint(model_path, model_path.parent, out)
     lines = ["ha@@ llo wor@@ ld", "wor@@ ld ha@@ llo ha@@ llo"]
     (tmp_path / "source.txt").write_text("\n".join(lines) + "\n")
-    spec = importlib.util.spec_from_file_location("translate", REPO_ROOT / "scripts" / "translate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(
+    command_module("translate").main(
         ["--model", str(out), "--input", str(tmp_path / "source.txt"), "--output", str(tmp_path / "hyp")]
     )
 

@@ -51,7 +51,7 @@ def test_history_is_recognised(text: str) -> None:
     [
         "chat_session(model, tokenizer) answers until quit",
         "an interactive chat session: 'quit' or Ctrl-D ends it",
-        "python scripts/chatbot.py chat --model runs/chatbot_ko",
+        "vanilla-transformer chatbot chat --model runs/chatbot_ko",
         "sacreBLEU signature nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
         "newstest2014, 4096 x 32000 logits, 1e-9, bf16, avx512_bf16",
         "test BLEU 37.35 on test_2016_flickr (1000 sentences)",

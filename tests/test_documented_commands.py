@@ -21,21 +21,9 @@ DOCUMENTS = sorted(
     for path in REPO_ROOT.rglob("*.md")
     if not {".venv", "runs", "build", ".git", "node_modules"} & set(path.relative_to(REPO_ROOT).parts)
 )
-# The scripts in scripts/ that run a subcommand, by the subcommand they run.
-SCRIPT_COMMANDS = {
-    "train": "train",
-    "translate": "translate",
-    "evaluate_bleu": "evaluate",
-    "tune": "tune",
-    "average_checkpoints": "average",
-    "convert_checkpoint": "convert",
-    "export": "export",
-    "push_to_hub": "push",
-    "chatbot": "chatbot",
-}
 COMMAND_START = re.compile(
     r"(?:vanilla-transformer|python -m hf_vanilla_transformer) (?P<command>[a-z]+)"
-    r"|python (?P<script>(?:scripts|benchmarks)/[a-z_]+\.py)"
+    r"|python (?P<script>benchmarks/[a-z_]+\.py)"
 )
 # What ends a command inside a line of shell: a pipe, a list, a redirection or a comment.
 SHELL_END = re.compile(r"\s(?:\||;|&&|>|<|#)\s|`")
@@ -95,12 +83,9 @@ def parser_options(parser: argparse.ArgumentParser) -> set[str]:
 
 @cache
 def known_options(program: str) -> frozenset[str]:
-    """The options that `program` (a subcommand, or a script of scripts/ or benchmarks/) accepts."""
+    """The options that `program` (a subcommand, or a script of benchmarks/) accepts."""
     if program in COMMANDS:
         return frozenset(parser_options(command_module(program).build_parser()))
-    script = Path(program).stem
-    if program.startswith("scripts/") and script in SCRIPT_COMMANDS:
-        return known_options(SCRIPT_COMMANDS[script])
     # Scripts of their own: ask them, as a reader would.
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / program), "--help"], capture_output=True, text=True, timeout=300
@@ -146,13 +131,13 @@ def test_flags_are_read_from_command_text(text: str, expected: set[str]) -> None
 def test_a_command_ends_at_a_pipe_and_a_new_command_starts_its_own() -> None:
     segment = (
         "echo x | vanilla-transformer translate --model m > out.de && vanilla-transformer evaluate "
-        "--hypotheses out.de  # --not-a-flag\npython scripts/tune.py --model m"
+        "--hypotheses out.de  # --not-a-flag\npython benchmarks/bench_data.py --quick"
     )
     shown = [(program, flags_in(text)) for program, text in commands_in(segment)]
     assert shown == [
         ("translate", {"--model"}),
         ("evaluate", {"--hypotheses"}),
-        ("scripts/tune.py", {"--model"}),
+        ("benchmarks/bench_data.py", {"--quick"}),
     ]
 
 

@@ -3,7 +3,6 @@ with ##AT## splitting; chrF, chrF++ and TER against sacreBLEU's own objects; the
 
 import json
 import os
-import runpy
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF, TER
 
+from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.evaluation.metrics import (
     SACREBLEU_METRIC,
     BleuResult,
@@ -27,7 +27,6 @@ from hf_vanilla_transformer.evaluation.metrics import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = REPO_ROOT / "scripts" / "evaluate_bleu.py"
 MULTI30K = REPO_ROOT / "data" / "multi30k"
 REFERENCES = (MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
 
@@ -232,7 +231,16 @@ def test_cli_subprocess_prints_score_and_signature(files):
     hypotheses, references = files
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
     completed = subprocess.run(
-        [sys.executable, str(SCRIPT), "--hypotheses", str(hypotheses), "--references", str(references)],
+        [
+            sys.executable,
+            "-m",
+            "hf_vanilla_transformer",
+            "evaluate",
+            "--hypotheses",
+            str(hypotheses),
+            "--references",
+            str(references),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -249,8 +257,7 @@ def test_cli_subprocess_prints_score_and_signature(files):
 
 
 def _run_cli(argv: list[str]) -> None:
-    main = runpy.run_path(str(SCRIPT))["main"]
-    main(argv)
+    command_module("evaluate").main(argv)
 
 
 def test_cli_json_and_tokenized(files, capsys):

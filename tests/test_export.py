@@ -1,5 +1,5 @@
-"""The export package, the engines package and scripts/export.py: CTranslate2 and ONNX exports decode as
-generate() does.
+"""The export package, the engines package and `vanilla-transformer export`: CTranslate2 and ONNX exports
+decode as generate() does.
 
 The models are trained here for a few seconds to reverse word sequences (with separate vocabularies, also to
 write them in upper case): far from perfect, so that their outputs vary in length and content as a real
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_model
+from conftest import tiny_model
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
@@ -24,6 +24,7 @@ from hf_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     paper_generation_config,
 )
+from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.commands import translate as translate_command
 from hf_vanilla_transformer.common.model_location import EXPORT_INFO_FILE
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
@@ -39,16 +40,13 @@ from hf_vanilla_transformer.inference.engines.export_common import ExportError, 
 from hf_vanilla_transformer.inference.engines.exporting import export
 from hf_vanilla_transformer.inference.engines.onnx import OnnxSeq2SeqLM
 from hf_vanilla_transformer.inference.engines.onnx_graphs import ONNX_DECODER_FILE, ONNX_ENCODER_FILE
-from hf_vanilla_transformer.inference.shortlist import VMAP_FILE, Shortlist, build_shortlist
+from hf_vanilla_transformer.inference.engines.shortlist import VMAP_FILE, Shortlist, build_shortlist
 from hf_vanilla_transformer.inference.translator import load_model, load_translator
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
 
 
 def _load_export_script():
-    spec = importlib.util.spec_from_file_location("script_export", REPO_ROOT / "scripts" / "export.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return command_module("export")
 
 
 export_script = _load_export_script()
@@ -641,10 +639,7 @@ def test_load_model_says_which_engine_a_folder_needs(tmp_path):
 
 
 def _load_translate_script():
-    spec = importlib.util.spec_from_file_location("script_translate", REPO_ROOT / "scripts" / "translate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return command_module("translate")
 
 
 @needs_ctranslate2

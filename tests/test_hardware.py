@@ -9,9 +9,9 @@ import torch
 
 from hf_vanilla_transformer import cpu_speedups, hardware
 from hf_vanilla_transformer.hardware import CPUFeatures
-from hf_vanilla_transformer.training import pipeline as training
-from hf_vanilla_transformer.training.pipeline import TrainingSettings
+from hf_vanilla_transformer.training import trainer
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.training.settings import TrainingSettings
 
 BASE_FLAGS = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma"
 
@@ -68,17 +68,17 @@ def test_a_preset_trains_in_bf16_only_where_the_cpu_computes_it(
     oneDNN says it supports bf16 there (by emulation), and the log says why."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    for module in (hardware, training):
+    for module in (hardware, trainer):
         monkeypatch.setattr(module, "cpu_features", lambda: CPUFeatures.parse(cpuinfo(vendor, flags, family)))
     recipe, run = TRAINING_PRESETS["cpu"], TrainingSettings(output_dir=tmp_path)
     assert recipe.bf16
-    precision = training._mixed_precision(run, recipe)
+    precision = trainer.mixed_precision(run, recipe)
     assert precision == ("bf16" if native_bf16 else "no"), name
-    words = training._precision_words(precision, recipe)
+    words = trainer.precision_words(precision, recipe)
     assert words == "bf16" if native_bf16 else words == f"float32 (this {kind} CPU computes no bf16 natively)"
     # An explicit choice wins on every kind.
-    assert training._mixed_precision(replace(run, bf16=True), recipe) == "bf16"
-    assert training._mixed_precision(replace(run, bf16=False), recipe) == "no"
+    assert trainer.mixed_precision(replace(run, bf16=True), recipe) == "bf16"
+    assert trainer.mixed_precision(replace(run, bf16=False), recipe) == "no"
 
 
 def test_only_the_first_processor_is_read():

@@ -1,4 +1,4 @@
-"""`vanilla-transformer push` (scripts/push_to_hub.py), hf_vanilla_transformer.hub and .model_card against
+"""`vanilla-transformer push`, hf_vanilla_transformer.hub and .model_card against
 the test Hub server (tests/hub_server.py).
 
 The server stands in for the real Hub. Clients read HF_ENDPOINT and the other Hub settings at import time,
@@ -10,7 +10,6 @@ import hashlib
 import importlib.metadata
 import json
 import re
-import runpy
 import subprocess
 import sys
 import textwrap
@@ -32,12 +31,14 @@ from test_export import needs_ctranslate2, train_reverse_model
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, pipeline
 
 from hf_vanilla_transformer import VanillaTransformerConfig
+from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.hub.model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
     NOT_MEASURED,
+    CardFacts,
     RunRecords,
     read_run_records,
     render_model_card,
@@ -195,16 +196,16 @@ def pushed(hub: HubServer, model_dirs: dict[str, Any], tmp_path_factory: pytest.
     with a card template of its own and `--token` (the environment's token may only read)."""
     env = client_env(hub, tmp_path_factory.mktemp("hf_home_push"))
     root = model_dirs["root"]
-    script = str(REPO_ROOT / "scripts" / "push_to_hub.py")
+    push = ("-m", "hf_vanilla_transformer", "push")
     main_args = ["--model-dir", str(root / "main"), "--repo-id", REPO_ID, "--private"]
-    main_output = run_python(env, script, *main_args).stdout
+    main_output = run_python(env, *push, *main_args).stdout
     requests_after_main = list(hub.requests)
     card = root / "custom_card.md"
     card.write_text(CARD_TEMPLATE.read_text().replace("\n# Transformer", "\n# Custom Transformer", 1))
     branch_args = ["--revision", "branch", "--max-shard-size", BRANCH_SHARD_SIZE, "--card", str(card)]
     branch_args += ["--token", WRITE_TOKEN]
     read_only_env = env | {"HF_TOKEN": READ_TOKEN}
-    run_python(read_only_env, script, "--model-dir", str(root / "branch"), "--repo-id", REPO_ID, *branch_args)
+    run_python(read_only_env, *push, "--model-dir", str(root / "branch"), "--repo-id", REPO_ID, *branch_args)
     storage = hub.storage
     repo = storage.repo("model", REPO_ID)
     return {
@@ -448,7 +449,7 @@ def test_missing_model_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_model_dir_without_tokenizer_is_a_clear_error(tmp_path: Path) -> None:
     tiny_model().save_pretrained(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"no tokenizer .*tokenizer\.save_pretrained"):
+    with pytest.raises(ValueError, match=r"no tokenizer .*tokenizer\.save_pretrained"):
         push_model(tmp_path, REPO_ID)
 
 
@@ -458,7 +459,7 @@ def test_invalid_repo_id_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_cli_reports_bad_input_as_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    main = runpy.run_path(str(REPO_ROOT / "scripts" / "push_to_hub.py"))["main"]
+    main = command_module("push").main
     with pytest.raises(SystemExit) as exit_info:
         main(["--model-dir", str(tmp_path / "absent"), "--repo-id", "bad//id"])
     assert exit_info.value.code == 2
@@ -506,7 +507,7 @@ def push_refusal(model_dir: Path, card: Path, capsys: pytest.CaptureFixture) -> 
     """The message of the error line `push --card CARD` ends with (after the progress bars of loading the
     model). The Hub is out of reach (HF_HUB_OFFLINE=1): a refusal that names the card comes before any Hub
     call."""
-    main = runpy.run_path(str(REPO_ROOT / "scripts" / "push_to_hub.py"))["main"]
+    main = command_module("push").main
     with pytest.raises(SystemExit) as exit_info:
         main(["--model-dir", str(model_dir), "--repo-id", REPO_ID, "--card", str(card)])
     assert exit_info.value.code == 2
@@ -549,9 +550,19 @@ def test_cli_reports_a_refused_token_in_one_line(hub: HubServer, tmp_path: Path,
     tokenizer = train_shared_bpe_tokenizer(SENTENCES, vocab_size=40, min_frequency=1, show_progress=False)
     tiny_model(vocab_size=len(tokenizer)).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    script = str(REPO_ROOT / "scripts" / "push_to_hub.py")
     result = subprocess.run(
-        [sys.executable, script, "--model-dir", str(model_dir), "--repo-id", "org/refused", "--token", token],
+        [
+            sys.executable,
+            "-m",
+            "hf_vanilla_transformer",
+            "push",
+            "--model-dir",
+            str(model_dir),
+            "--repo-id",
+            "org/refused",
+            "--token",
+            token,
+        ],
         cwd=REPO_ROOT,
         env=client_env(hub, tmp_path / "hf_home"),
         capture_output=True,
@@ -561,7 +572,9 @@ def test_cli_reports_a_refused_token_in_one_line(hub: HubServer, tmp_path: Path,
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     status = "401 Unauthorized" if token == "hf_unknown" else "403 Forbidden"
-    assert line.startswith(f"push_to_hub.py: error: the Hub refused the token ({status}) for org/refused")
+    assert line.startswith(
+        f"vanilla-transformer push: error: the Hub refused the token ({status}) for org/refused"
+    )
     assert "hf auth login" in line and "--token" in line
     assert not result.stdout
     with pytest.raises(HubError, match="not found"):
@@ -579,7 +592,7 @@ def test_template_renders_for_both_paper_sizes_with_no_variable_left() -> None:
     template = CARD_TEMPLATE.read_text()
     cards = {
         name: render_model_card(
-            template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords()
+            template, CardFacts(REPO_ID, config, paper_generation_config(config), 1000, RunRecords())
         )
         for name, config in (("base", base), ("big", big))
     }
@@ -597,7 +610,7 @@ def test_template_renders_for_both_paper_sizes_with_no_variable_left() -> None:
     assert "(28.4 for this model size" in cards["big"].text and "dropout 0.3" in cards["big"].text
     # A converted Marian model keeps transformers' fixed bound.
     marian_like = GenerationConfig(num_beams=4, max_length=512)
-    card = render_model_card(template, REPO_ID, base, marian_like, 1000, RunRecords())
+    card = render_model_card(template, CardFacts(REPO_ID, base, marian_like, 1000, RunRecords()))
     assert "of at most 512 tokens." in card.text
 
 
@@ -606,21 +619,17 @@ def test_unknown_template_variable_or_missing_metadata_is_an_error() -> None:
     with pytest.raises(ValueError, match=r"\['blue'\]"):
         render_model_card(
             "---\n{{ card_data }}\n---\nBLEU {{ blue }}, code {'a': 1}",
-            REPO_ID,
-            config,
-            GenerationConfig(),
-            1,
-            RunRecords(),
+            CardFacts(REPO_ID, config, GenerationConfig(), 1, RunRecords()),
         )
     with pytest.raises(ValueError, match="card_data"):
-        render_model_card("BLEU {{ bleu }}", REPO_ID, config, GenerationConfig(), 1, RunRecords())
+        render_model_card("BLEU {{ bleu }}", CardFacts(REPO_ID, config, GenerationConfig(), 1, RunRecords()))
 
 
 def test_records_naming_local_data_leave_datasets_out() -> None:
     config = VanillaTransformerConfig(vocab_size=64)
     template = "---\n{{ card_data }}\n---\nData: {{ dataset }}\n"
     records = RunRecords(dataset="data/multi30k/train", bleu=1.0, test_set="data/multi30k/test_2016_flickr")
-    card = render_model_card(template, REPO_ID, config, GenerationConfig(), 1000, records)
+    card = render_model_card(template, CardFacts(REPO_ID, config, GenerationConfig(), 1000, records))
     assert card.data.datasets is None
     assert card.text == "Data: data/multi30k/train"
     dataset = card.data.to_dict()["model-index"][0]["results"][0]["dataset"]
@@ -716,7 +725,9 @@ def test_separate_vocabularies_translate_from_the_hub_with_the_target_tokenizer(
     push_env = client_env(hub, tmp_path / "hf_home_push")
     run_python(
         push_env,
-        str(REPO_ROOT / "scripts" / "push_to_hub.py"),
+        "-m",
+        "hf_vanilla_transformer",
+        "push",
         "--model-dir",
         str(model_dir),
         "--repo-id",
@@ -814,12 +825,13 @@ def test_card_says_the_length_penalty_was_chosen_on_the_validation_set(tmp_path:
     )
     template = CARD_TEMPLATE.read_text()
     card = render_model_card(
-        template, REPO_ID, config, paper_generation_config(config, length_penalty=1.2), 1000, tuned
+        template, CardFacts(REPO_ID, config, paper_generation_config(config, length_penalty=1.2), 1000, tuned)
     )
     assert 'length penalty α = 1.2 in the "gnmt" form' in card.text
     assert "chosen on the validation set, whose BLEU at α = 0.6 / 1.2 was 25.21 / 26.60;" in card.text
     untuned = render_model_card(
-        template, REPO_ID, config, paper_generation_config(config), 1000, RunRecords(dev_bleu=25.21)
+        template,
+        CardFacts(REPO_ID, config, paper_generation_config(config), 1000, RunRecords(dev_bleu=25.21)),
     )
     assert "α = 0.6 in the" in untuned.text and "chosen on the validation set" not in untuned.text
 
@@ -859,7 +871,8 @@ def test_card_describes_the_models_own_positions_and_vocabularies(
         vocab_size=64, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4, **overrides
     )
     card = render_model_card(
-        CARD_TEMPLATE.read_text(), REPO_ID, config, paper_generation_config(config), 1000, RunRecords()
+        CARD_TEMPLATE.read_text(),
+        CardFacts(REPO_ID, config, paper_generation_config(config), 1000, RunRecords()),
     )
     for text in expected:
         assert text in card.text, text

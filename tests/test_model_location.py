@@ -7,9 +7,14 @@ import pytest
 from conftest import tiny_model
 
 from hf_vanilla_transformer.commands import main as command_main
-from hf_vanilla_transformer.common.model_location import TOKENIZER_FILES
+from hf_vanilla_transformer.common.model_location import (
+    TOKENIZER_FILES,
+    check_holds_tokenizer,
+    missing_tokenizer_files,
+)
 from hf_vanilla_transformer.common.tokenization import load_tokenizer
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
+from hf_vanilla_transformer.hub.publishing import stage_repo
 from hf_vanilla_transformer.inference.translator import load_translator
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
 
@@ -54,3 +59,29 @@ def test_a_target_tokenizer_missing_its_file_is_named(tmp_path):
     (folder / TARGET_TOKENIZER_DIR / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match=f"^{folder / TARGET_TOKENIZER_DIR} has no tokenizer.json, which"):
         load_translator(folder)
+
+
+@pytest.mark.parametrize("present", [(), ("tokenizer_config.json",), ("tokenizer.json",), TOKENIZER_FILES])
+def test_one_answer_to_whether_a_folder_holds_a_tokenizer(tmp_path, present):
+    """A folder holds a tokenizer when it holds either file (a Marian tokenizer has tokenizer_config.json
+    and its own vocabulary files only), and loading a tokenizer and publishing a model give the same
+    answer, in the same words."""
+    folder = tmp_path / "model"
+    tiny_model().save_pretrained(folder)
+    for name in present:
+        (folder / name).write_text("{}", encoding="utf-8")
+    assert missing_tokenizer_files(folder) == [name for name in TOKENIZER_FILES if name not in present]
+    if present:
+        check_holds_tokenizer(folder)
+        return
+    refusals = []
+    for refuse in (
+        check_holds_tokenizer,
+        load_tokenizer,
+        lambda f: stage_repo(f, tmp_path / "repo", "org/name"),
+    ):
+        with pytest.raises(ValueError) as refusal:
+            refuse(folder)
+        refusals.append(str(refusal.value))
+    assert refusals == [f"{folder} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it next to the "
+                        f"weights with tokenizer.save_pretrained('{folder}')."] * 3  # fmt: skip

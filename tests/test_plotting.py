@@ -1,15 +1,15 @@
 """The figures: positional encodings, the learning-rate schedule and attention heatmaps."""
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO_ROOT, tiny_config
+from conftest import tiny_config
 from matplotlib import font_manager
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.figures import plotting
 from hf_vanilla_transformer.training.chatbot import (
@@ -110,29 +110,26 @@ def test_attention_maps_need_eager_attention(tokenizer):
         plotting.attention_maps(VanillaTransformerForConditionalGeneration(config), tokenizer, "안녕")
 
 
-def plot_figures_script():
-    spec = importlib.util.spec_from_file_location("plot_figures", REPO_ROOT / "scripts" / "plot_figures.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+def figures_command():
+    return command_module("figures")
 
 
-def test_plot_figures_script_writes_the_static_figures(tmp_path):
-    plot_figures_script().main(["--out", str(tmp_path), "--total-steps", "20000"])
+def test_figures_command_writes_the_static_figures(tmp_path):
+    figures_command().main(["--out", str(tmp_path), "--total-steps", "20000"])
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "learning_rate.png",
         "positional_encoding.png",
     ]
 
 
-def test_plot_figures_script_draws_a_trained_chatbots_attention_and_curves(tmp_path):
+def test_figures_command_draws_a_trained_chatbots_attention_and_curves(tmp_path):
     settings = ChatbotSettings(
         vocab_size=300, num_layers=1, d_model=16, num_heads=2, dff=32, batch_size=8, max_steps=4, eval_size=4,
         limit=20, logging_steps=1,
     )  # fmt: skip
     run = train_chatbot(tmp_path / "chatbot", settings=settings, show_progress=False).output_dir
     out = tmp_path / "figures"
-    plot_figures_script().main(["--model", str(run), "--out", str(out)])
+    figures_command().main(["--model", str(run), "--out", str(out)])
     assert sorted(path.name for path in out.iterdir()) == [
         "attention_cross.png",
         "attention_decoder_self.png",
@@ -143,14 +140,14 @@ def test_plot_figures_script_draws_a_trained_chatbots_attention_and_curves(tmp_p
     ]
 
 
-def test_plot_figures_script_draws_a_translation_models_alignment(tokenizer, tmp_path):
+def test_figures_command_draws_a_translation_models_alignment(tokenizer, tmp_path):
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
     model.generation_config = chatbot_generation_config(model.config, max_length=6)
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     out = tmp_path / "figures"
-    plot_figures_script().main(["--out", str(out), "--translation-model", str(tmp_path / "model")])
+    figures_command().main(["--out", str(out), "--translation-model", str(tmp_path / "model")])
     assert (out / "translation_alignment.png").stat().st_size > MIN_PNG_BYTES
 
 

@@ -9,8 +9,9 @@ from test_training import settings, write_corpus
 from tqdm.auto import tqdm
 
 from hf_vanilla_transformer.training import progress
-from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.pipeline import run_training
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.training.settings import TrainingSettings
 
 MULTI30K = REPO_ROOT / "data" / "multi30k"
 

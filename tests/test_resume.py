@@ -17,12 +17,13 @@ from test_training import settings, write_corpus
 
 from hf_vanilla_transformer.commands import train as train_command
 from hf_vanilla_transformer.common.tokenization import load_tokenizer
-from hf_vanilla_transformer.training import pipeline as training
-from hf_vanilla_transformer.training import resume
+from hf_vanilla_transformer.training import resume, trainer
+from hf_vanilla_transformer.training import settings as training_settings
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.training.data import load_parallel_data, tokenize_pairs
-from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.pipeline import run_training
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.training.settings import TrainingSettings
 
 # What `accelerate launch` runs in every process: run_training on settings given as JSON.
 LAUNCHED = """
@@ -33,7 +34,8 @@ import sys
 import torch.distributed
 from torch.nn.parallel import DistributedDataParallel
 
-from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.pipeline import run_training
+from hf_vanilla_transformer.training.settings import TrainingSettings
 
 destroy_process_group = torch.distributed.destroy_process_group
 
@@ -238,7 +240,7 @@ def test_refused_settings(corpus, tmp_path):
 )  # fmt: skip
 def test_every_step_holds_about_the_recipe_tokens(preset, processes, layout):
     recipe = TRAINING_PRESETS[preset]
-    micro_batch, accumulation = training._batch_layout(recipe, processes)
+    micro_batch, accumulation = trainer.batch_layout(recipe, processes)
     assert (micro_batch, accumulation) == layout and micro_batch <= recipe.max_tokens
     assert 0 <= micro_batch * accumulation * processes - recipe.tokens_per_step < processes * accumulation
 
@@ -246,18 +248,18 @@ def test_every_step_holds_about_the_recipe_tokens(preset, processes, layout):
 def test_half_precision_choice(monkeypatch, corpus, tmp_path):
     base = TRAINING_PRESETS["base"]
     run = settings(corpus, tmp_path)
-    monkeypatch.setattr(training, "bf16_is_native", lambda: False)
+    monkeypatch.setattr(trainer, "bf16_is_native", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     # A GPU without native bf16 (V100, T4): fp16 with loss scaling; an explicit --bf16 or --no-bf16 wins.
-    assert training._mixed_precision(run, base) == "fp16"
-    assert training._mixed_precision(replace(run, bf16=True), base) == "bf16"
-    assert training._mixed_precision(replace(run, bf16=False), base) == "no"
-    assert run.workers() == training.GPU_DATALOADER_WORKERS
-    monkeypatch.setattr(training, "bf16_is_native", lambda: True)
-    assert training._mixed_precision(run, base) == "bf16"
+    assert trainer.mixed_precision(run, base) == "fp16"
+    assert trainer.mixed_precision(replace(run, bf16=True), base) == "bf16"
+    assert trainer.mixed_precision(replace(run, bf16=False), base) == "no"
+    assert run.workers() == training_settings.GPU_DATALOADER_WORKERS
+    monkeypatch.setattr(trainer, "bf16_is_native", lambda: True)
+    assert trainer.mixed_precision(run, base) == "bf16"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(training, "bf16_is_native", lambda: False)
-    assert training._mixed_precision(run, base) == "no" and run.workers() == 0
+    monkeypatch.setattr(trainer, "bf16_is_native", lambda: False)
+    assert trainer.mixed_precision(run, base) == "no" and run.workers() == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

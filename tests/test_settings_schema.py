@@ -20,7 +20,7 @@ from hf_vanilla_transformer.common.settings_schema import (
 )
 from hf_vanilla_transformer.training import presets, resume
 from hf_vanilla_transformer.training.chatbot import ChatbotSettings
-from hf_vanilla_transformer.training.pipeline import DEFAULT_EVALUATION, DEFAULT_TRAIN, TrainingSettings
+from hf_vanilla_transformer.training.settings import DEFAULT_EVALUATION, DEFAULT_TRAIN, TrainingSettings
 
 
 def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -8,7 +8,13 @@ import re
 import pytest
 
 from hf_vanilla_transformer.common import cli
-from hf_vanilla_transformer.common.text_lines import NotUTF8Error, iter_lines, line_chunks, read_lines
+from hf_vanilla_transformer.common.text_lines import (
+    NotUTF8Error,
+    iter_lines,
+    line_chunks,
+    read_lines,
+    split_lines,
+)
 from hf_vanilla_transformer.training import data
 
 TEXT = "\ufeffone\u2028still one\r\ntwo\n\nfour\r\n"
@@ -59,3 +65,12 @@ def test_every_caller_reads_the_same_lines(tmp_path):
     assert cli.input_lines(str(path), "--input", cli.ArgumentParser()) == LINES
     for file in (path, gz):
         assert [line for _, lines in data._read_lines(file) for line in lines] == LINES
+
+
+def test_a_form_text_splits_as_a_file_reads_but_keeps_its_last_line_break(tmp_path):
+    """A form's text splits where a file's lines end, each line as the file reader gives it; a final line
+    break starts one more, empty line, so that translating line by line and joining keeps it."""
+    text = TEXT.removeprefix("\ufeff")
+    assert split_lines(text) == [*read_lines(text.encode("utf-8")), ""]
+    assert "\n".join(split_lines(text)) == text.replace("\r\n", "\n")
+    assert split_lines("no break") == read_lines(b"no break")

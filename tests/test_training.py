@@ -23,8 +23,9 @@ from hf_vanilla_transformer.evaluation.metrics import corpus_bleu
 from hf_vanilla_transformer.evaluation.tuning import DEFAULT_LENGTH_PENALTIES
 from hf_vanilla_transformer.inference.translation import translate
 from hf_vanilla_transformer.training import pipeline as training
-from hf_vanilla_transformer.training.pipeline import TrainingSettings, run_training
+from hf_vanilla_transformer.training.pipeline import run_training
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
+from hf_vanilla_transformer.training.settings import TrainingSettings
 from hf_vanilla_transformer.training.subword_dropout import SubwordDropoutDataset
 
 TINY = ["--model-override", "d_model=32", "--model-override", "N=1", "--model-override", "h=2",
@@ -58,10 +59,10 @@ def data_flags(corpus: Path) -> list[str]:
     ]
 
 
-def run_script(script: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+def run_subcommand(name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / script), *args],
+        [sys.executable, "-m", "hf_vanilla_transformer", name, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -77,8 +78,8 @@ def losses(trainer_state: Path) -> dict[int, float]:
 
 def test_train_average_translate_and_score(corpus, tmp_path):
     out = tmp_path / "run"
-    result = run_script(
-        "train.py", "--output-dir", str(out), "--preset", "cpu-demo", *data_flags(corpus), *TINY,
+    result = run_subcommand(
+        "train", "--output-dir", str(out), "--preset", "cpu-demo", *data_flags(corpus), *TINY,
         "--max-steps", "6", "--save-steps", "2", "--eval-steps", "3", "--average-checkpoints", "3",
         "--keep-checkpoints", "3",
     )  # fmt: skip
@@ -99,29 +100,29 @@ def test_train_average_translate_and_score(corpus, tmp_path):
     assert isinstance(model, VanillaTransformerForConditionalGeneration)
     assert model.generation_config.length_penalty_type == "gnmt" and model.generation_config.num_beams == 4
 
-    translated = run_script(
-        "translate.py", "--model", str(out / "model"), input="A dog runs.\nTwo men talk.\n"
+    translated = run_subcommand(
+        "translate", "--model", str(out / "model"), input="A dog runs.\nTwo men talk.\n"
     )
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(translated.stdout.split("\n")) == 3  # two lines and the final newline
-    quantized = run_script(
-        "translate.py", "--model", str(out / "model"), "--int8", input="A dog runs.\nTwo men talk.\n"
+    quantized = run_subcommand(
+        "translate", "--model", str(out / "model"), "--int8", input="A dog runs.\nTwo men talk.\n"
     )
     assert quantized.returncode == 0, quantized.stderr[-2000:]
     assert len(quantized.stdout.split("\n")) == 3
 
     hyp = tmp_path / "hyp.de"
-    run_script(
-        "translate.py", "--model", str(out / "model"), "--input", str(corpus / "val.en"), "--output", str(hyp)
+    run_subcommand(
+        "translate", "--model", str(out / "model"), "--input", str(corpus / "val.en"), "--output", str(hyp)
     )
-    scored = run_script(
-        "evaluate_bleu.py", "--hypotheses", str(hyp), "--references", str(corpus / "val.de"), "--json"
+    scored = run_subcommand(
+        "evaluate", "--hypotheses", str(hyp), "--references", str(corpus / "val.de"), "--json"
     )
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert 0 <= json.loads(scored.stdout)["bleu"]["score"] <= 100
 
-    averaged = run_script(
-        "average_checkpoints.py", "--run-dir", str(out), "--last", "2", "--output", str(tmp_path / "avg")
+    averaged = run_subcommand(
+        "average", "--run-dir", str(out), "--last", "2", "--output", str(tmp_path / "avg")
     )
     assert averaged.returncode == 0, averaged.stderr[-2000:]
     two_last = [load_file(out / f"checkpoint-{step}" / "model.safetensors") for step in (4, 6)]
@@ -136,14 +137,14 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, r
              "--keep-checkpoints", "10", "--eval-steps", "100", "--test", "none",
              "--dev", "none", *recipe]  # fmt: skip
     straight = tmp_path / "straight"
-    assert run_script("train.py", "--output-dir", str(straight), *flags).returncode == 0
+    assert run_subcommand("train", "--output-dir", str(straight), *flags).returncode == 0
     expected = losses(straight / "checkpoint-12" / "trainer_state.json")
     assert sorted(expected) == list(range(1, 13))
 
     killed = tmp_path / "killed"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     process = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(killed), *flags],
+        [sys.executable, "-m", "hf_vanilla_transformer", "train", "--output-dir", str(killed), *flags],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -156,12 +157,14 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, r
     process.wait()
     assert not (killed / "checkpoint-12").exists()
 
-    refused = run_script("train.py", "--output-dir", str(killed), *flags)
+    refused = run_subcommand("train", "--output-dir", str(killed), *flags)
     assert refused.returncode == 2 and "Pass --resume" in refused.stderr
-    assert refused.stderr.strip().splitlines()[-1].startswith("train.py: error:"), refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1].startswith("vanilla-transformer train: error:"), (
+        refused.stderr[-2000:]
+    )
     assert "Traceback" not in refused.stderr
 
-    resumed = run_script("train.py", "--output-dir", str(killed), *flags, "--resume")
+    resumed = run_subcommand("train", "--output-dir", str(killed), *flags, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     actual = losses(killed / "checkpoint-12" / "trainer_state.json")
     assert sorted(actual) == list(range(1, 13))
@@ -172,20 +175,20 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, r
 def test_resume_refuses_a_different_model_or_recipe(corpus, tmp_path):
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "2", "--save-steps", "2",
              "--test", "none", "--dev", "none"]  # fmt: skip
-    assert run_script("train.py", "--output-dir", str(tmp_path), *flags).returncode == 0
-    resume = ["train.py", "--output-dir", str(tmp_path), *flags, "--resume"]
-    changed = run_script(*resume, "--model-override", "d_ff=128")
+    assert run_subcommand("train", "--output-dir", str(tmp_path), *flags).returncode == 0
+    resume = ["train", "--output-dir", str(tmp_path), *flags, "--resume"]
+    changed = run_subcommand(*resume, "--model-override", "d_ff=128")
     assert changed.returncode == 2 and "Traceback" not in changed.stderr
     assert "encoder_ffn_dim: 64 in the checkpoint, 128 now" in changed.stderr
     # Another preset or warm-up would carry on with other batches and another schedule.
-    other_preset = run_script(*resume, "--preset", "cpu")
+    other_preset = run_subcommand(*resume, "--preset", "cpu")
     assert other_preset.returncode == 2 and "Traceback" not in other_preset.stderr
     assert "preset: 'cpu-demo' in the run, 'cpu' now" in other_preset.stderr
     assert "--preset cpu-demo" in other_preset.stderr
-    other_warmup = run_script(*resume, "--warmup-steps", "6")
+    other_warmup = run_subcommand(*resume, "--warmup-steps", "6")
     assert other_warmup.returncode != 0 and "warmup_steps: 5 in the run, 6 now" in other_warmup.stderr
     # Going on for longer is what resuming is for.
-    longer = run_script(*resume, "--max-steps", "3")
+    longer = run_subcommand(*resume, "--max-steps", "3")
     assert longer.returncode == 0, longer.stderr[-3000:]
     assert json.loads((tmp_path / "model" / "results.json").read_text())["steps"] == 3
 
@@ -248,7 +251,7 @@ def test_two_process_launch(corpus, tmp_path):
     token budget each; the global batch is then made of both processes' micro-batches."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [*accelerate_cpu_launcher(2), str(REPO_ROOT / "scripts" / "train.py"), "--output-dir", str(tmp_path),
+        [*accelerate_cpu_launcher(2), "-m", "hf_vanilla_transformer", "train", "--output-dir", str(tmp_path),
          *data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "4", "--save-steps", "2",
          "--tokens-per-step", "512"],
         capture_output=True, text=True, env=env, timeout=600,

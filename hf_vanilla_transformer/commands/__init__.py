@@ -1,6 +1,6 @@
 """The `vanilla-transformer` command (`python -m hf_vanilla_transformer`): one subcommand per task, each in a
-module of this package that defines `build_parser(prog)`, `run(args, parser)` and `main(argv)`. `main` is
-what `python scripts/NAME.py` runs, so the scripts and the installed command share one code path."""
+module of this package that defines `build_parser(prog)`, `run(args, parser)` and `main(argv)`; what the
+subcommands share of their options is in `engine_options`."""
 
 import importlib
 import sys
@@ -30,6 +30,7 @@ COMMANDS = {
     "serve": ("serve", "serve translations over HTTP: LibreTranslate's API, a native one and a web page"),
     "push": ("push", "publish a model, its code and its model card on the Hugging Face Hub"),
     "chatbot": ("chatbot", "train the Korean chatbot of the Keras tutorial, evaluate it, or talk to it"),
+    "figures": ("figures", "draw the README's figures: encodings, schedule, training curves, attention"),
 }
 
 

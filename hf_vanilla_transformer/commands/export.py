@@ -21,7 +21,7 @@ from ..inference.engines.ctranslate2_export import CTRANSLATE2_QUANTIZATIONS
 from ..inference.engines.export_common import ExportError
 from ..inference.engines.exporting import export
 from ..inference.engines.registry import EXPORT_TARGETS
-from ..inference.shortlist import DEFAULT_SHORTLIST_SIZE
+from ..inference.engines.shortlist import DEFAULT_SHORTLIST_SIZE
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:

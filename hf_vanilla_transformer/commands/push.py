@@ -20,7 +20,7 @@ from huggingface_hub.errors import HfHubHTTPError
 # huggingface_hub's HTTP client, under the name it exports across its major versions.
 from huggingface_hub.utils import httpx
 
-from ..common.cli import ArgumentParser, run_command
+from ..common.cli import ArgumentParser, first_line, run_command
 from ..hub.model_card import CardTemplateError
 from ..hub.publishing import DEFAULT_MAX_SHARD_SIZE, push_model
 from ..inference.engines.ctranslate2_export import CTRANSLATE2_QUANTIZATIONS
@@ -115,8 +115,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         raise SystemExit(AUTH_EXIT_STATUS) from None
     # No network, a name that does not resolve, or HF_HUB_OFFLINE=1 (OfflineModeIsEnabled, a ConnectionError).
     except (ConnectionError, httpx.TransportError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        parser.error(f"cannot reach the Hub ({reason}): check the network, HF_ENDPOINT and HF_HUB_OFFLINE.")
+        parser.error(
+            f"cannot reach the Hub ({first_line(error)}): check the network, HF_ENDPOINT and HF_HUB_OFFLINE."
+        )
     print(f"Pushed {args.model_dir} to {args.repo_id}@{args.revision or 'main'}: commit {commit.oid}")
     print(commit.commit_url)
 

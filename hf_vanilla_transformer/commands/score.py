@@ -18,6 +18,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..common.cli import (
+    STANDARD_STREAM,
     ArgumentParser,
     check_writable,
     input_lines,
@@ -26,10 +27,9 @@ from ..common.cli import (
     run_command,
 )
 from ..inference.scoring import PairScore, check_pairs, score_pairs
-from .translate import add_engine_arguments, command_engine, load_command_translator
+from .engine_options import add_engine_arguments, command_engine, load_command_translator
 
-STANDARD_STREAM = "-"
-OUTPUT_FORMATS = ("text", "jsonl")
+SCORE_FORMATS = ("text", "jsonl")
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -42,7 +42,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     )
     parser.add_argument(
         "--output-format",
-        choices=OUTPUT_FORMATS,
+        choices=SCORE_FORMATS,
         default="text",
         help="text: total and mean log-probability, tab-separated; jsonl: log_prob, tokens and per_token",
     )

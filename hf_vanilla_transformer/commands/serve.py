@@ -24,7 +24,7 @@ from ..common.cli import (
     refusals_in_one_line,
     run_command,
 )
-from .translate import add_engine_arguments, command_device, command_engine, load_command_translator
+from .engine_options import add_engine_arguments, command_device, command_engine, load_command_translator
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

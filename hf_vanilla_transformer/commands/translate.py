@@ -23,10 +23,10 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-import torch
 from tqdm.auto import tqdm
 
 from ..common.cli import (
+    STANDARD_STREAM,
     ArgumentParser,
     check_writable,
     finite_float,
@@ -38,16 +38,12 @@ from ..common.cli import (
     run_command,
 )
 from ..common.text_lines import NotUTF8Error, arriving_chunks, count_lines
-from ..inference.engines.base import Engine, detect_engine
-from ..inference.engines.ctranslate2 import CTRANSLATE2_COMPUTE_TYPES
-from ..inference.engines.registry import ENGINES, get_engine
+from ..inference import sentence_splitting
 from ..inference.hypotheses import OUTPUT_FORMATS, format_translation
 from ..inference.sentence_splitting import SPLITTER_LANGUAGES
-from ..inference.translation import quantize_int8, seed_sampling
-from ..inference.translator import Translator, load_translator
+from ..inference.translation import seed_sampling
+from .engine_options import add_engine_arguments, command_engine, load_command_translator
 
-STANDARD_STREAM = "-"
-DEVICES = ("auto", "cpu", "cuda")
 # Lines translated at a time: sorted by length within a chunk, written in input order after it.
 CHUNK_LINES = 10_000
 
@@ -134,98 +130,6 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     return parser
 
 
-def add_engine_arguments(parser: ArgumentParser, verb: str, runtime: bool = False) -> None:
-    """`--engine` and `--device`, as the commands that run a model (translate, score, serve) take them,
-    and with `runtime` the engine's `--compute-type`, `--threads` and `--int8`; `verb` says what the model
-    does there ("decodes")."""
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        help="torch, or the engine of a folder written by `vanilla-transformer export` (default: the "
-        "folder's)",
-    )
-    parser.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="auto",
-        help="where the model runs; auto: cuda when torch finds a GPU, else cpu (the exported engines and "
-        f"--int8: cpu; a CTranslate2 export {verb} on the GPU with cuda, an ONNX one on the CPU only)",
-    )
-    if not runtime:
-        return
-    parser.add_argument(
-        "--compute-type",
-        choices=CTRANSLATE2_COMPUTE_TYPES,
-        help="CTranslate2's compute type: float16, int8_float16 and bfloat16 on the GPU, int8 or float32 on "
-        "the CPU, ... (default: the export's own weight type)",
-    )
-    parser.add_argument("--threads", type=positive_int, help="CPU threads (default: the engine's)")
-    parser.add_argument(
-        "--int8",
-        action="store_true",
-        help="int8 dynamic quantization (CPU): faster, slightly different output",
-    )
-
-
-def command_engine(args: argparse.Namespace, parser: ArgumentParser) -> Engine:
-    """The engine of a command's `--model` and `--engine`, once the device and settings asked for are
-    checked against it (`command_device`): a one-line error otherwise, before any input is read."""
-    with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
-        engine = get_engine(args.engine or detect_engine(args.model))
-    command_device(args, engine, parser)
-    return engine
-
-
-def load_command_translator(args: argparse.Namespace, parser: ArgumentParser, engine: Engine) -> Translator:
-    """The translator on `engine` that a command's `--model`, `--device` (and where it has them
-    `--compute-type`, `--threads`, `--int8`) ask for, or a one-line error saying why it cannot be had."""
-    device = command_device(args, engine, parser)
-    threads = getattr(args, "threads", None)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        translator = load_translator(
-            args.model,
-            engine.name,
-            device=str(device),
-            threads=threads or 0,
-            compute_type=getattr(args, "compute_type", None) or "default",
-        )
-    except ValueError as error:
-        parser.error(str(error))
-    if getattr(args, "int8", False):
-        translator.model = quantize_int8(translator.model)
-    return translator
-
-
-def command_device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) -> torch.device:
-    """The device the command translates on, or a one-line error for a device (or compute type) the engine
-    cannot use. auto keeps the exported engines on the CPU."""
-    compute_type = getattr(args, "compute_type", None)
-    int8 = getattr(args, "int8", False)
-    if int8 and not engine.dynamic_int8:
-        parser.error(
-            "--int8 quantizes the PyTorch model; for CTranslate2 give --compute-type int8 (CPU) or "
-            "int8_float16 (GPU), or export with --quantization int8."
-        )
-    if compute_type is not None and not engine.compute_types:
-        parser.error(
-            f"--compute-type sets CTranslate2's compute type, and the {engine.name} engine translates here: "
-            "leave it out, or give a CTranslate2 export."
-        )
-    if args.device != "auto" and args.device not in engine.devices:
-        parser.error(
-            f"--device {args.device}: the {engine.name} engine runs on {engine.device_names()} here; leave "
-            "--device out."
-        )
-    if args.device == "cuda" and int8:
-        parser.error("--int8 quantizes for the CPU: leave out --device cuda, or --int8 to decode on the GPU.")
-    if int8:
-        return torch.device("cpu")
-    with refusals_in_one_line(parser):
-        return torch.device(engine.select_device(args.device, compute_type or "default"))
-
-
 def _check_output(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Refuse an --output that cannot take the translations, before the model loads."""
     if args.output == STANDARD_STREAM:
@@ -278,8 +182,9 @@ def _decoding(args: argparse.Namespace, parser: ArgumentParser) -> tuple[dict, s
             f"--n-best {args.n_best} with --output-format text: text has one translation a line; "
             "write the n best with --output-format tsv or jsonl."
         )
-    if args.split_sentences and args.n_best > 1:
-        parser.error("--split-sentences joins each sentence's best translation: leave out --n-best.")
+    if args.split_sentences:
+        with refusals_in_one_line(parser):
+            sentence_splitting.check_n_best(args.n_best)
     return {key: value for key, value in overrides.items() if value is not None}, output_format
 
 

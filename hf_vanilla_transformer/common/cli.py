@@ -1,6 +1,6 @@
 """What the commands of `vanilla-transformer` (`hf_vanilla_transformer.commands`) share: a parser that reports
-a bad argument in one line, a help layout that shows defaults, argument types that refuse values no run
-could use, and how a text file of segments is read."""
+a bad argument in one line (quoting an error's `first_line`), a help layout that shows defaults, argument
+types that refuse values no run could use, and how a text file of segments is read."""
 
 import argparse
 import errno
@@ -16,6 +16,16 @@ from pathlib import Path
 from typing import NoReturn, TextIO, TypeVar
 
 from . import text_lines
+
+# What a file argument takes for the standard input or output.
+STANDARD_STREAM = "-"
+
+
+def first_line(error: BaseException | str) -> str:
+    """The first line of an error's message (of `error` itself, given as text), which a one-line refusal
+    quotes; the error's type where its message is blank."""
+    text, blank = (error, "") if isinstance(error, str) else (str(error), type(error).__name__)
+    return (text.strip().splitlines() or [blank])[0]
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

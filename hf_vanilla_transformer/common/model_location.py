@@ -2,7 +2,12 @@
 
 transformers answers a mistyped path with a multi-line OSError about Hub repo ids or connections; here a
 location that cannot be one is refused in one line before transformers tries it, and what goes wrong while
-loading is reported in one line that names the location. It also names the files beside a model that
+loading is reported in one line that names the location.
+
+It is also the one module that names a model folder's files and checks them: the tokenizer's
+(`TOKENIZER_FILES`, `missing_tokenizer_files`, `check_holds_tokenizer`), the target tokenizer's subfolder
+(`TARGET_TOKENIZER_DIR`, defined in the remote code that reads it,
+`translation_pipeline.find_target_tokenizer`), the decoding settings, and the files beside a model that
 describe it (a run's figures, an export's engine), which another model written into the folder drops.
 """
 
@@ -16,6 +21,10 @@ from typing import Any
 
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from safetensors import SafetensorError
+
+# Named by the remote code that reads it (`translation_pipeline`, which may import only the model's files).
+from ..translation_pipeline import TARGET_TOKENIZER_DIR
+from .cli import first_line
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Written into every folder that `export` makes: what it is an export of, and for which engine.
@@ -34,8 +43,6 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 LOADED_FILE_PATTERNS = ("*.json", "*.safetensors")
 # What a fast tokenizer loads from its folder: its vocabulary and pipeline, and its class and special tokens.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-# Where a model with separate vocabularies keeps its target tokenizer (`translation_pipeline` reads it).
-_TARGET_TOKENIZER_DIR = "target_tokenizer"
 
 
 def read_json_object(path: Path, fix: str) -> dict[str, Any]:
@@ -77,6 +84,26 @@ def remove_model_descriptions(folder: str | Path) -> None:
     """Delete what `MODEL_DESCRIPTION_FILES` holds in `folder`: call it when another model replaces one."""
     for name in MODEL_DESCRIPTION_FILES:
         (Path(folder) / name).unlink(missing_ok=True)
+
+
+def missing_tokenizer_files(folder: str | Path) -> list[str]:
+    """The `TOKENIZER_FILES` that `folder` lacks.
+
+    A folder holds a tokenizer when it holds at least one of them (`check_holds_tokenizer`), not only when it
+    holds both: `tokenizer_config.json` names the tokenizer's class, and a class other than the fast one
+    (Marian's SentencePiece tokenizer, which a converted opus-mt model keeps) loads its vocabulary from files
+    of its own (`source.spm`, `vocab.json`) and has no `tokenizer.json`. Which of the two are missing is named
+    when a tokenizer then fails to load (`loading`)."""
+    return [name for name in TOKENIZER_FILES if not (Path(folder) / name).is_file()]
+
+
+def check_holds_tokenizer(folder: str | Path) -> None:
+    """Raise a one-line ValueError when the folder `folder` holds none of `TOKENIZER_FILES`."""
+    if len(missing_tokenizer_files(folder)) == len(TOKENIZER_FILES):
+        raise ValueError(
+            f"{folder} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it next to the weights with "
+            f"tokenizer.save_pretrained('{folder}')."
+        )
 
 
 def check_location(name_or_path: str | Path, *, model: bool = True) -> None:
@@ -134,9 +161,8 @@ def _missing_tokenizer_files(name: str, error: Exception) -> ValueError | None:
     frames = traceback.extract_tb(error.__traceback__)
     if not any("tokeniz" in Path(frame.filename).name for frame in frames):
         return None
-    for folder in (Path(name), Path(name) / _TARGET_TOKENIZER_DIR):
-        missing = [file for file in TOKENIZER_FILES if not (folder / file).is_file()]
-        if folder.is_dir() and missing:
+    for folder in (Path(name), Path(name) / TARGET_TOKENIZER_DIR):
+        if folder.is_dir() and (missing := missing_tokenizer_files(folder)):
             return ValueError(
                 f"{folder} has no {' and no '.join(missing)}, which its tokenizer loads from: copy "
                 f"{'it' if len(missing) == 1 else 'them'} from the folder where the model was trained or "
@@ -161,7 +187,7 @@ def loading(name_or_path: str | Path, *, model: bool = True) -> Iterator[None]:
             raise
         if Path(name).is_dir() and (missing := _missing_tokenizer_files(name, error)) is not None:
             raise missing from error
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        reason = first_line(error)
         if Path(name).exists():
             raise ValueError(f"Cannot load {name} ({reason}).") from error
         raise ValueError(

@@ -8,10 +8,10 @@
 - The final line end does not start another segment: "a\\nb\\n" and "a\\nb" both hold two.
 - Text that is not UTF-8 is a `NotUTF8Error` (a ValueError) naming the file, the line and the byte.
 
-`line_chunks` reads a binary stream in chunks of lines (corpora far larger than memory), `iter_lines` a
-file line by line, `read_lines` a whole file as a list, `count_lines` checks a file and counts its lines
-without keeping them, and `arriving_chunks` reads a stream, a pipe say, in chunks of the lines that have
-arrived.
+`line_chunks` reads a binary stream in chunks of lines (corpora far larger than memory), `split_lines` the
+lines of a text given as a string (a form field), `iter_lines` a file line by line, `read_lines` a whole file
+as a list, `count_lines` checks a file and counts its lines without keeping them, and `arriving_chunks` reads
+a stream, a pipe say, in chunks of the lines that have arrived.
 """
 
 import io
@@ -61,6 +61,13 @@ def line_chunks(stream: BinaryIO, name: str, size: int = _CHUNK_LINES) -> Iterat
         yield first, lines
         first += len(lines)
         offset += len(joined)
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of `text`, a string such as a form field (browsers send "\\r\\n"): split at "\\n" only, a
+    "\\r" before it dropped, as in files. Unlike a file's, every "\\n" starts a line, so that a text that
+    ends with a line break keeps it once its lines are translated and joined again."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def iter_lines(source: str | Path | bytes, name: str | None = None) -> Iterator[str]:
@@ -128,4 +135,12 @@ def arriving_chunks(
             first, lines = first + len(lines), []
 
 
-__all__ = ["NotUTF8Error", "arriving_chunks", "count_lines", "iter_lines", "line_chunks", "read_lines"]
+__all__ = [
+    "NotUTF8Error",
+    "arriving_chunks",
+    "count_lines",
+    "iter_lines",
+    "line_chunks",
+    "read_lines",
+    "split_lines",
+]

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from .model_location import loading
+from .model_location import check_holds_tokenizer, loading
+from .text_lines import iter_lines
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -38,8 +39,13 @@ EOS_TOKEN = "</s>"
 # config's defaults), which also keeps the padding id non-zero: transformers' beam search pads finished
 # hypotheses with `pad_token_id or eos_token_id`, so a padding id of 0 would pad with end tokens.
 SPECIAL_TOKENS = (BOS_TOKEN, PAD_TOKEN, EOS_TOKEN, UNK_TOKEN)
-# What a folder written by `tokenizer.save_pretrained` holds, one or the other at least.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The roles of `SPECIAL_TOKENS`, as `PreTrainedTokenizerFast` takes them.
+SPECIAL_TOKEN_ROLES = {
+    "bos_token": BOS_TOKEN,
+    "pad_token": PAD_TOKEN,
+    "eos_token": EOS_TOKEN,
+    "unk_token": UNK_TOKEN,
+}
 
 TextSource = str | os.PathLike
 # Texts handed to the trainer at a time: it counts the words of a batch in parallel, and one call per batch
@@ -48,14 +54,10 @@ _BATCH_SIZE = 10_000
 
 
 def _iter_texts(sources: Iterable[TextSource]) -> Iterator[str]:
-    """Yield non-empty strings, reading `os.PathLike` items as UTF-8 files with one sentence per line."""
+    """Yield non-empty strings, reading `os.PathLike` items as files of one sentence a line (`text_lines`)."""
     for position, source in enumerate(sources):
         if isinstance(source, os.PathLike):
-            with open(source, encoding="utf-8") as handle:
-                for line in handle:
-                    text = line.rstrip("\n")
-                    if text.strip():
-                        yield text
+            yield from (text for text in iter_lines(source) if text.strip())
             continue
         if not isinstance(source, str):
             raise TypeError(
@@ -182,7 +184,19 @@ def train_shared_bpe_tokenizer(
             f"{minimum}. Raise vocab_size or set limit_alphabet."
         )
 
-    eos_id = SPECIAL_TOKENS.index(EOS_TOKEN)
+    return wrap_tokenizer(
+        tokenizer,
+        model_max_length,
+        # Only where there are some: a tokenizer without any saves the same files as before they existed.
+        **({"extra_special_tokens": list(extra_special_tokens)} if extra_special_tokens else {}),
+    )
+
+
+def wrap_tokenizer(tokenizer: Tokenizer, model_max_length: int, **kwargs) -> PreTrainedTokenizerFast:
+    """`tokenizer`, whose vocabulary holds `SPECIAL_TOKENS`, as a `PreTrainedTokenizerFast` with their roles,
+    padding on the right, and a post-processor that appends `</s>` to every sequence (as fairseq's
+    `Dictionary.encode_line` does)."""
+    eos_id = tokenizer.token_to_id(EOS_TOKEN)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS_TOKEN}",
         pair=f"$A {EOS_TOKEN} $B:1 {EOS_TOKEN}:1",
@@ -190,16 +204,12 @@ def train_shared_bpe_tokenizer(
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        pad_token=PAD_TOKEN,
-        unk_token=UNK_TOKEN,
-        bos_token=BOS_TOKEN,
-        eos_token=EOS_TOKEN,
+        **SPECIAL_TOKEN_ROLES,
         model_max_length=model_max_length,
         padding_side="right",
-        # Only where there are some: a tokenizer without any saves the same files as before they existed.
-        **({"extra_special_tokens": list(extra_special_tokens)} if extra_special_tokens else {}),
-        # Metaspace already restores spacing; the WordPiece-era clean-up would only warn for BPE.
+        # Metaspace and the BPE decoders already restore spacing; the WordPiece-era clean-up would only warn.
         clean_up_tokenization_spaces=False,
+        **kwargs,
     )
 
 
@@ -217,12 +227,8 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedToken
     Raises:
         ValueError: a special token is unset or missing from the vocabulary.
     """
-    folder = Path(name_or_path)
-    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ValueError(
-            f"{name_or_path} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it next to the "
-            "weights with tokenizer.save_pretrained(folder)."
-        )
+    if Path(name_or_path).is_dir():
+        check_holds_tokenizer(name_or_path)
     with loading(name_or_path, model=False):
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     vocab = tokenizer.get_vocab()

@@ -12,7 +12,7 @@ source/target vocabularies. Their pre-LN variants and BART-style additions compu
 refused, not approximated.
 
 Every converter checks names and shapes against the model it builds (`load_converted_state`). The folder
-converters behind scripts/convert_checkpoint.py, `convert_marian_folder` and `convert_fairseq_checkpoint`,
+converters behind `vanilla-transformer convert`, `convert_marian_folder` and `convert_fairseq_checkpoint`,
 write a `save_pretrained` folder and return a `ConversionReport` of which source keys became which of ours.
 One module per source (`marian`, `fairseq`) and one for what they share (`common`).
 """

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import torch
 
-from ..common.model_location import remove_model_descriptions
-from ..common.tokenization import TOKENIZER_FILES
+from ..common.model_location import TARGET_TOKENIZER_DIR, TOKENIZER_FILES, remove_model_descriptions
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..translation_pipeline import TARGET_TOKENIZER_DIR
 
 # The BPE files fairseq's hub loader picks up next to a translation model.
 FAIRSEQ_BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model")
@@ -51,7 +49,7 @@ class ConversionReport:
         self.mapped[(_key_pattern(source_key), _key_pattern(target))] += 1
 
     def format(self) -> str:
-        """The summary printed by scripts/convert_checkpoint.py: a table, then the notes."""
+        """The summary printed by `vanilla-transformer convert`: a table, then the notes."""
         rows = [("source key", "converted key", "count")]
         rows += [(source, target, str(count)) for (source, target), count in self.mapped.items()]
         width_source = max(len(row[0]) for row in rows)

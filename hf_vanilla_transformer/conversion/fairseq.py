@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from ..common.model_location import TARGET_TOKENIZER_DIR
+from ..common.text_lines import iter_lines
+from ..common.tokenization import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, UNK_TOKEN, wrap_tokenizer
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..generation_vanilla_transformer import paper_generation_config
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..translation_pipeline import TARGET_TOKENIZER_DIR
 from .common import (
     FAIRSEQ_BPE_FILES,
     ConversionError,
@@ -32,7 +34,6 @@ from .common import (
     save_converted_model,
 )
 
-FAIRSEQ_SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 # fairseq's `base_architecture` values, which it also applies to checkpoints whose args predate a field.
 _FAIRSEQ_DEFAULTS: dict[str, Any] = {
     "encoder_embed_dim": 512,
@@ -218,9 +219,9 @@ def read_fairseq_dictionary(path: str | Path) -> list[str]:
             f"Dictionary {path} not found: --data-dir must hold fairseq's dict.<source>.txt and "
             "dict.<target>.txt (the files the checkpoint was trained with)."
         )
-    symbols = list(FAIRSEQ_SPECIAL_SYMBOLS)
+    symbols = list(SPECIAL_TOKENS)
     seen = set(symbols)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(iter_lines(path), start=1):
         fields = line.rstrip().rsplit(" ", 1)
         if len(fields) == 2 and fields[1] == "#fairseq:overwrite":
             fields = fields[0].rsplit(" ", 1)
@@ -319,11 +320,11 @@ def config_from_fairseq(
             share_encoder_decoder_embeddings=shared,
             tie_word_embeddings=shared or bool(args["share_decoder_input_output_embed"]),
             output_bias=False,
-            bos_token_id=FAIRSEQ_SPECIAL_SYMBOLS.index("<s>"),
-            pad_token_id=FAIRSEQ_SPECIAL_SYMBOLS.index("<pad>"),
-            eos_token_id=FAIRSEQ_SPECIAL_SYMBOLS.index("</s>"),
+            bos_token_id=SPECIAL_TOKENS.index(BOS_TOKEN),
+            pad_token_id=SPECIAL_TOKENS.index(PAD_TOKEN),
+            eos_token_id=SPECIAL_TOKENS.index(EOS_TOKEN),
             # fairseq feeds the decoder </s> as its first input (prev_output_tokens), not <s>.
-            decoder_start_token_id=FAIRSEQ_SPECIAL_SYMBOLS.index("</s>"),
+            decoder_start_token_id=SPECIAL_TOKENS.index(EOS_TOKEN),
         )
     except ValueError as error:
         raise ConversionError(f"Cannot convert {source} (arch {arch!r}): {error}") from error
@@ -448,30 +449,17 @@ def tokenizer_from_fairseq_dictionary(
     tokenize or apply BPE itself: Moses tokenization cannot be reproduced with the `tokenizers` library.
     """
     vocab = {symbol: index for index, symbol in enumerate(symbols)}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK_TOKEN))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     decoder, _ = _bpe_style(symbols)
     if decoder is not None:
         tokenizer.decoder = decoder
-    eos_id = vocab["</s>"]
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", eos_id)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token="<s>",
-        pad_token="<pad>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        model_max_length=model_max_length,
-        padding_side="right",
-        clean_up_tokenization_spaces=False,
-    )
+    return wrap_tokenizer(tokenizer, model_max_length)
 
 
 def bpe_file_name(codes: Path) -> str:
     """The name a copy of the BPE codes `codes` takes in a converted folder: one of `FAIRSEQ_BPE_FILES`, which
-    fairseq's hub loader and `hub.stage_repo` look for; a SentencePiece model (`.model`) is
+    fairseq's hub loader and `publishing.stage_repo` look for; a SentencePiece model (`.model`) is
     "sentencepiece.bpe.model", other codes (subword-nmt, fastBPE) "bpecodes"."""
     if codes.name in FAIRSEQ_BPE_FILES:
         return codes.name
@@ -528,8 +516,8 @@ def convert_fairseq_checkpoint(
     for side, key in (("source", "encoder.embed_tokens.weight"), ("target", "decoder.embed_tokens.weight")):
         if key in state and state[key].shape[0] != len(symbols[side]):
             raise ConversionError(
-                f"{dictionaries[side]} defines {len(symbols[side])} symbols ({len(FAIRSEQ_SPECIAL_SYMBOLS)} "
-                f"special + {len(symbols[side]) - len(FAIRSEQ_SPECIAL_SYMBOLS)} lines) but {key} in "
+                f"{dictionaries[side]} defines {len(symbols[side])} symbols ({len(SPECIAL_TOKENS)} "
+                f"special + {len(symbols[side]) - len(SPECIAL_TOKENS)} lines) but {key} in "
                 f"{checkpoint_path.name} has {state[key].shape[0]} rows: the dictionary does not belong to "
                 "this checkpoint."
             )

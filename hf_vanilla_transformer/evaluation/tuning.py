@@ -18,7 +18,7 @@ DEFAULT_LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.5)
 
 
 class SentenceTranslator(Protocol):
-    """What `engines.load_translator` returns: `translate(sentences, **generate_kwargs)`."""
+    """What `inference.translator.load_translator` returns: `translate(sentences, **generate_kwargs)`."""
 
     def translate(self, sentences: Sequence[str], **generate_kwargs: Any) -> list[str]: ...
 

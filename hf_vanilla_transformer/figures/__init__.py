@@ -1,2 +1,2 @@
 """The figures of the README: training curves, the positional encodings, the learning rate and attention
-maps (`plotting`; `scripts/plot_figures.py` draws them)."""
+maps (`plotting`; `vanilla-transformer figures` draws them)."""

@@ -25,9 +25,11 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from packaging.requirements import Requirement
 from transformers import GenerationConfig
 
+from ..common.cli import first_line
 from ..common.model_location import RESULTS_FILE, TRAINER_STATE_FILE, read_json_object
 from ..common.text_lines import read_lines
-from ..configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig, legacy_label_smoothing
+from ..configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from ..training.legacy import legacy_label_smoothing
 
 CARD_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "template.md"
 NOT_MEASURED = "not measured"
@@ -170,20 +172,29 @@ def _vocabulary_text(config: VanillaTransformerConfig) -> tuple[str, str]:
     )
 
 
-def card_values(
-    repo_id: str,
-    config: VanillaTransformerConfig,
-    generation_config: GenerationConfig,
-    num_parameters: int,
-    records: RunRecords,
-    ctranslate2: str | None = None,
-) -> dict[str, str]:
+@dataclass
+class CardFacts:
+    """What a model card tells of a model: its repo, config, decoding settings, size, the records of the run
+    that trained it, and `ctranslate2`, the weight type of the repo's CTranslate2 export ("float32", "int8",
+    ...; None when the repo has none)."""
+
+    repo_id: str
+    config: VanillaTransformerConfig
+    generation_config: GenerationConfig
+    num_parameters: int
+    records: RunRecords
+    ctranslate2: str | None = None
+
+
+def card_values(facts: CardFacts) -> dict[str, str]:
     """The value of each variable a model card template may use (`{{ name }}`), as text.
 
     `paper_model` is the paper's model size the card compares with: "big" for models of its width, "base"
-    otherwise. `ctranslate2` is the weight type of the repo's CTranslate2 export ("float32", "int8", ...),
-    empty when the repo has none (`{% if ctranslate2 %}` in a template).
+    otherwise. `ctranslate2` is empty when the repo has no CTranslate2 export (`{% if ctranslate2 %}` in a
+    template).
     """
+    repo_id, config, generation_config = facts.repo_id, facts.config, facts.generation_config
+    num_parameters, records, ctranslate2 = facts.num_parameters, facts.records, facts.ctranslate2
     averaged = records.averaged_checkpoints
     if averaged is None:
         averaging = NOT_MEASURED
@@ -275,10 +286,6 @@ class CardTemplateError(ValueError):
     (its path, for a file) and says what to change."""
 
 
-def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or [""])[0]
-
-
 def _compile_card_template(template: str, template_name: str) -> tuple[jinja2.Template, set[str]]:
     """The compiled Jinja `template` and the variables it reads; CardTemplateError if it is not Jinja."""
     # StrictUndefined: `{{ bleu.value }}` fails instead of rendering as nothing.
@@ -288,7 +295,7 @@ def _compile_card_template(template: str, template_name: str) -> tuple[jinja2.Te
         # Compiling finds what parsing does not, such as a filter Jinja does not have.
         compiled = environment.from_string(syntax_tree)
     except jinja2.TemplateSyntaxError as error:
-        reason = _first_line(error.message or type(error).__name__)
+        reason = first_line(error.message or type(error).__name__)
         raise CardTemplateError(
             f"{template_name} line {error.lineno}: template syntax error ({reason}); fix the template."
         ) from None
@@ -321,18 +328,11 @@ def _template_line(error: BaseException) -> int | None:
 
 
 def render_model_card(
-    template: str,
-    repo_id: str,
-    config: VanillaTransformerConfig,
-    generation_config: GenerationConfig,
-    num_parameters: int,
-    records: RunRecords,
-    ctranslate2: str | None = None,
-    template_name: str = "The model card template",
+    template: str, facts: CardFacts, template_name: str = "The model card template"
 ) -> ModelCard:
-    """The model card: the Jinja `template` rendered with `card_data(...)` as `{{ card_data }}` (the YAML
-    block) and `card_values(...)` for its other variables; `ctranslate2` is the weight type of the repo's
-    CTranslate2 export, None when it has none. `template_name` (the file's path) starts every refusal.
+    """The model card of the model `facts` describe: the Jinja `template` rendered with `card_data(...)` as
+    `{{ card_data }}` (the YAML block) and `card_values(facts)` for its other variables. `template_name` (the
+    file's path) starts every refusal.
 
     Raises:
         CardTemplateError (a ValueError): the template is not valid Jinja (a syntax error, an unknown
@@ -340,7 +340,7 @@ def render_model_card(
             must not publish a blank), lacks `{{ card_data }}` (the card would carry no metadata), or its
             code fails while rendering (`{{ 1 / 0 }}`).
     """
-    values = card_values(repo_id, config, generation_config, num_parameters, records, ctranslate2)
+    values = card_values(facts)
     compiled, used = _compile_card_template(template, template_name)
     unknown = sorted(used - values.keys() - {"card_data"})
     if unknown:
@@ -351,14 +351,14 @@ def render_model_card(
         raise CardTemplateError(
             f"{template_name} must start with its metadata: ---, {{{{ card_data }}}}, ---."
         )
-    metadata = card_data(repo_id, records).to_yaml()
+    metadata = card_data(facts.repo_id, facts.records).to_yaml()
     try:
         text = compiled.render(card_data=metadata, **values)
     # Only the template's own code runs here, so whatever it raises is the template's to fix.
     except Exception as error:
         line = _template_line(error)
         where = f" line {line}" if line is not None else ""
-        reason = f"{type(error).__name__}: {_first_line(str(error))}"
+        reason = f"{type(error).__name__}: {first_line(str(error))}"
         raise CardTemplateError(
             f"{template_name}{where}: rendering the template failed ({reason}); fix the template."
         ) from None
@@ -369,6 +369,7 @@ __all__ = [
     "CARD_TEMPLATE",
     "CTRANSLATE2_DIR",
     "NOT_MEASURED",
+    "CardFacts",
     "CardTemplateError",
     "RunRecords",
     "card_data",

@@ -14,9 +14,9 @@
   that `pipeline("translation", model=repo, trust_remote_code=True)` works without the package (transformers
   5 has no translation task of its own); package users call `pipeline("seq2seq-translation", model=repo)`;
 - `README.md`, the model card, rendered by `model_card.render_model_card`;
-- on request, `ctranslate2/`: the model exported for CTranslate2 by `export.export_ctranslate2` (model,
-  vocabularies, tokenizers and decoding settings), which `ctranslate2.Translator` loads once downloaded, and
-  the card says how.
+- on request, `ctranslate2/`: the model exported for CTranslate2 by
+  `ctranslate2_export.export_ctranslate2` (model, vocabularies, tokenizers and decoding settings), which
+  `ctranslate2.Translator` loads once downloaded, and the card says how.
 """
 
 import shutil
@@ -28,17 +28,19 @@ from huggingface_hub.utils import validate_repo_id
 from transformers.utils import logging
 
 from .. import translation_pipeline
+from ..common.model_location import TARGET_TOKENIZER_DIR, check_holds_tokenizer
 from ..common.model_weights import load_pretrained
-from ..common.tokenization import TOKENIZER_FILES, load_tokenizer
+from ..common.tokenization import load_tokenizer
 from ..conversion import FAIRSEQ_BPE_FILES
 from ..generation_vanilla_transformer import paper_generation_config
 from ..inference.engines.ctranslate2_export import export_ctranslate2
 from ..inference.engines.export_common import ExportSource
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..translation_pipeline import TARGET_TOKENIZER_DIR, find_target_tokenizer
+from ..translation_pipeline import find_target_tokenizer
 from .model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
+    CardFacts,
     read_card_template,
     read_run_records,
     render_model_card,
@@ -65,11 +67,7 @@ def _check_model_dir(model_dir: Path) -> None:
             f"{str(model_dir)!r} holds no config.json: pass the folder written by model.save_pretrained "
             "(for a training run, its final model folder)."
         )
-    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
-        raise FileNotFoundError(
-            f"{str(model_dir)!r} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): save it next to the "
-            "weights with tokenizer.save_pretrained(model_dir)."
-        )
+    check_holds_tokenizer(model_dir)
 
 
 def stage_repo(
@@ -110,16 +108,15 @@ def stage_repo(
     if model.generation_config._from_model_config:
         model.generation_config = paper_generation_config(model.config)
     # Rendered before any file is written or exported: a template the user must fix stops the push at once.
-    card = render_model_card(
-        template,
+    facts = CardFacts(
         repo_id,
         model.config,
         model.generation_config,
         model.num_parameters(),
         read_run_records(model_dir),
         ctranslate2=(ctranslate2_quantization or "float32") if with_ctranslate2 else None,
-        template_name=str(template_path),
     )
+    card = render_model_card(template, facts, template_name=str(template_path))
     pipeline_module = Path(translation_pipeline.__file__)
     # The format transformers' own Pipeline.save_pretrained writes for a custom pipeline.
     model.config.custom_pipelines = {

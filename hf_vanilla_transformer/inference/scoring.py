@@ -158,7 +158,7 @@ def score_pairs(
     progress: bool = False,
 ) -> list[PairScore]:
     """Score each target sentence as a translation of its source: one `PairScore` a pair, in the order
-    given. `model` is what `engines.load_model` loads on any engine, `tokenizer` its (source) tokenizer and
+    given. `model` is what `translator.load_model` loads on any engine, `tokenizer` its (source) tokenizer and
     `target_tokenizer` its target tokenizer where the vocabularies are separate (`load_tokenizers`).
 
     Pairs are sorted by length so that each batch of `batch_size` pads little, then put back in input

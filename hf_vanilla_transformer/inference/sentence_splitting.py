@@ -29,6 +29,19 @@ def check_language(language: str) -> None:
         )
 
 
+def check_n_best(n_best: int) -> None:
+    """Refuse more than one hypothesis for a text split into sentences: its translation is one `Translation`
+    joined from each sentence's best (`join_sentences`), with tokens, scores and alignments, which the
+    sentences' n-best lists do not combine into. Texts alone combine: LibreTranslate's alternatives are
+    joined rank by rank (`joined_n_best`)."""
+    if n_best != 1:
+        raise ValueError(
+            f"n_best {n_best} with sentence splitting: a text split into sentences is translated as its "
+            "sentences' best translations joined, one hypothesis; ask for n_best 1, or translate single "
+            "sentences."
+        )
+
+
 def split_sentences(text: str, language: str = "en") -> list[str]:
     """The sentences of `text` in order, stripped, blank ones (`blank.is_blank`) left out. A fresh segmenter
     each call: pysbd's keeps the text it works on, so one shared by concurrent calls would mix them."""
@@ -98,4 +111,11 @@ def _joined_alignment(joined: Hypothesis, parts: list[Hypothesis]) -> Hypothesis
     )
 
 
-__all__ = ["SPLITTER_LANGUAGES", "check_language", "join_sentences", "joined_n_best", "split_sentences"]
+__all__ = [
+    "SPLITTER_LANGUAGES",
+    "check_language",
+    "check_n_best",
+    "join_sentences",
+    "joined_n_best",
+    "split_sentences",
+]

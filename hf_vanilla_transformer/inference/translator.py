@@ -98,11 +98,7 @@ class Translator:
                 line_numbers=range(first_line, first_line + len(sentences)),
                 **options,
             )
-        if n_best != 1:
-            raise ValueError(
-                f"n_best {n_best} with sentence splitting: a paragraph's translation joins each sentence's "
-                "best, so it has one hypothesis; ask for n_best 1, or translate single sentences."
-            )
+        sentence_splitting.check_n_best(n_best)
         sentence_splitting.check_language(language)
         pieces = [sentence_splitting.split_sentences(text, language) for text in sentences]
         translated = iter(

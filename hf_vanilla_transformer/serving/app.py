@@ -325,11 +325,8 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         return [sentence_splitting.join_sentences(text, parts) for text, parts in zip(texts, sentences)]
 
     def check_splitting(n_best: int) -> None:
-        if n_best > 1:
-            raise Refusal(
-                400, "split_sentences joins each sentence's best translation: ask for n_best 1 with it."
-            )
         try:
+            sentence_splitting.check_n_best(n_best)
             sentence_splitting.check_language(settings.source_lang)
         except ValueError as error:
             raise Refusal(400, str(error)) from None
@@ -375,7 +372,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         settings.limits.check(texts, body.alternatives)
         # As LibreTranslate's engine (argos-translate) does: each line of a text, and each sentence of a
         # line, translated by itself; the k-th alternative joins every sentence's k-th next best.
-        lines = [text.split("\n") for text in texts]
+        lines = [text_lines.split_lines(text) for text in texts]
         n_best = body.alternatives + 1
         every_line = [line for parts in lines for line in parts]
         sentences = iter(await translate_sentences(request, every_line, Options(n_best=n_best)))

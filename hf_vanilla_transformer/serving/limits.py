@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common.text_lines import read_lines
+
 
 class Refusal(Exception):
     """A request the server answers with `status` and a JSON error: `message`, and where a limit refused
@@ -99,11 +101,7 @@ def read_api_keys(path: str | Path) -> frozenset[str]:
     """
     if not Path(path).is_file():
         raise ValueError(f"--api-keys {path}: no such file; give a text file of keys, one a line.")
-    keys = {
-        line.strip()
-        for line in Path(path).read_text(encoding="utf-8").splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    }
+    keys = {line.strip() for line in read_lines(path) if line.strip() and not line.lstrip().startswith("#")}
     if not keys:
         raise ValueError(f"--api-keys {path} holds no key: write one key a line.")
     return frozenset(keys)

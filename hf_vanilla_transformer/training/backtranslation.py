@@ -38,7 +38,7 @@ logger = logging.get_logger(__name__)
 
 
 class SyntheticSettings(Protocol):
-    """The settings of a run that name its synthetic pairs (`training.TrainingSettings` holds them): two
+    """The settings of a run that name its synthetic pairs (`settings.TrainingSettings` holds them): two
     line-aligned files, or None for a run on real pairs only, and the tag (None or "none": untagged)."""
 
     synthetic_source: str | None

@@ -59,7 +59,6 @@ from ..common.tokenization import train_shared_bpe_tokenizer
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .loss import LabelSmoothedSeq2SeqTrainer
-from .pipeline import training_arguments
 from .progress import TrainingClock, show_progress_lines, use_progress_bar
 from .resume import (
     ResumeRule,
@@ -70,6 +69,7 @@ from .resume import (
     write_run_record,
 )
 from .schedule import build_paper_optimizer, get_noam_schedule
+from .trainer import training_arguments
 
 logger = logging.get_logger(__name__)
 
@@ -287,7 +287,7 @@ def _tokenize_and_filter(
 
 
 def _hold_out(pairs: Dataset, settings: ChatbotSettings) -> tuple[Dataset, Dataset | None]:
-    """The training pairs and the `settings.eval_size` held out from them (None when 0), drawn with the
+    """The training pairs and the `ChatbotSettings.eval_size` held out from them (None when 0), drawn with the
     run's seed: `evaluate_held_out` draws the same ones again from a saved run's settings."""
     if settings.eval_size >= len(pairs):
         raise ValueError(f"eval_size={settings.eval_size} leaves no training pairs out of {len(pairs)}.")
@@ -499,9 +499,9 @@ def train_chatbot(
     Metrics (the Trainer prints them as it goes): `train_steps`, the updates of the whole run, and
     `updates_this_run`, those since it was resumed (all of them when it was not); `train_loss`, the mean
     training loss of this run's updates (absent when there were none); `last_logged_loss`, that of the last
-    `logging_steps` updates; and, from the evaluation at the end of
-    the last epoch, `eval_train_sample_loss` / `eval_train_sample_accuracy` on up to 500 training pairs
-    and, when `settings.eval_size > 0`, `eval_held_out_loss` / `eval_held_out_accuracy` on unseen pairs.
+    `logging_steps` updates; and, from the evaluation at the end of the last epoch,
+    `eval_train_sample_loss` / `eval_train_sample_accuracy` on up to 500 training pairs and, when
+    `ChatbotSettings.eval_size` > 0, `eval_held_out_loss` / `eval_held_out_accuracy` on unseen pairs.
 
     With `resume`, training goes on from the last complete checkpoint in `output_dir` (its weights,
     optimizer, schedule, data order and random state), with the run's own vocabulary; without it, a folder

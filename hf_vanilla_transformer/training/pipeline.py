@@ -1,17 +1,21 @@
-"""The paper's training recipe (Section 5) on transformers' Seq2SeqTrainer.
+"""The paper's training recipe (Section 5) as one pipeline of stages, in the order `run_training` calls them:
 
-- Batches of about N source and N target tokens of similar length (Section 5.1), with gradient
-  accumulation making up for fewer devices than the paper's 8 GPUs.
-- Adam(0.9, 0.98, 1e-9) with the warm-up / inverse-square-root learning rate (Section 5.3).
-- Label smoothing from the recipe (`loss`), dropout from the model config (Section 5.4).
-- On GPUs: bf16 autocast where the GPU computes bf16 natively, else fp16 with loss scaling; TF32 matrix
-  products where available; the data collated in worker processes.
-- Checkpoints every `save_steps`, the last K kept, resumable after a crash (with the same model, recipe and
-  number of processes, recorded in `training_recipe.json`); the training time and target tokens of every
-  segment are stored with each checkpoint, so the time budget and the tokens/s figure cover the whole run.
-  The last K checkpoints are averaged into the final model (Section 6.1), which is then evaluated with the
-  paper's beam search and sacreBLEU (`run_report`), its length penalty chosen on the dev set where the
-  recipe says so.
+1. the run (`_start_run`): the recipe, `presets` with the given `settings` on top, and the checkpoint it
+   resumes from, checked against what the run recorded (`resume`, `training_recipe.json`);
+2. the data (`_load_data`): training, dev and test pairs (`data`), with back-translated pairs
+   (`backtranslation`);
+3. the tokenizer and model (`_tokenizer_and_model`): the shared BPE vocabulary of Section 5.1 and the model
+   to train or fine-tune;
+4. the tokenized pairs (`_tokenize_data`), resegmented every epoch under `subword_dropout`;
+5. the Trainer (`_build_trainer`): `trainer.TokenBudgetSeq2SeqTrainer` with Adam(0.9, 0.98, 1e-9) and the
+   warm-up / inverse-square-root learning rate (Section 5.3, `schedule`), the clock, progress lines and early
+   stopping;
+6. training (`_train`), checkpoints every `save_steps`, the last K kept, resumable after a crash; the
+   training time and target tokens of every segment are stored with each checkpoint, so the time budget and
+   the tokens/s figure cover the whole run;
+7. the final model (`_finish`): the last K checkpoints averaged (Section 6.1), evaluated with the paper's
+   beam search and sacreBLEU (`run_report`), its length penalty chosen on the dev set where the recipe says
+   so, and saved with `results.json`.
 
 `run_training` is what the `train` command calls; tests call it too. Progress goes to the
 `hf_vanilla_transformer` logger (`transformers.utils.logging`), from the main process only.
@@ -19,480 +23,176 @@
 
 import gc
 import json
-import math
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from contextlib import nullcontext
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from accelerate import PartialState
 from datasets import Dataset
-from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
     PreTrainedTokenizerBase,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
 )
-from transformers.integrations.integration_utils import (
-    INTEGRATION_TO_CALLBACK,
-    get_available_reporting_integrations,
-    is_flytekit_available,
-)
-from transformers.trainer_utils import EvalPrediction, seed_worker
 from transformers.utils import is_torch_tf32_available, logging
 
-from ..common.cli import non_negative_int, positive_int, random_seed
-from ..common.model_location import RESULTS_FILE, loading
+from ..common.model_location import RESULTS_FILE
 from ..common.model_weights import load_pretrained
-from ..common.settings_schema import check_settings, optional_copy, setting
 from ..common.tokenization import load_tokenizer, train_shared_bpe_tokenizer
-from ..configuration_vanilla_transformer import (
-    LEGACY_LABEL_SMOOTHING,
-    VanillaTransformerConfig,
-    legacy_label_smoothing,
-)
-from ..cpu_speedups import fast_dropout_masks
-from ..evaluation.metrics import corpus_bleu
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..generation_vanilla_transformer import paper_generation_config
-from ..hardware import bf16_is_native, cpu_features
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .averaging import average_checkpoints, last_checkpoints
 from .backtranslation import (
-    DEFAULT_TAG,
-    check_synthetic_settings,
     check_tag,
     load_synthetic_pairs,
     synthetic_record,
     synthetic_special_tokens,
-    tag_token,
     with_synthetic_pairs,
 )
-from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
 from .compilation import CompileCache, CompiledTrainingLoss
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
+from .legacy import drop_legacy_label_smoothing, with_recorded_label_smoothing
 from .length_buckets import BucketPadding
-from .loss import LabelSmoothedSeq2SeqTrainer
-from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
+from .presets import TrainingPreset
 from .progress import DevLossCallback, TrainingClock, show_progress_lines, use_progress_bar
 from .resume import (
     RECIPE_FILE,
     LossLoggedAtCheckpoints,
-    NoStepPastTheEnd,
     check_same_model,
     check_same_recipe,
     find_resume_checkpoint,
     recipe_record,
-    whole_run_loss,
     write_run_record,
 )
 from .run_report import final_scores, format_summary
 from .schedule import build_paper_optimizer, get_noam_schedule
+from .settings import SET_BY_THE_RUN, TrainingSettings
 from .subword_dropout import SubwordDropoutDataset
+from .trainer import (
+    TokenBudgetSeq2SeqTrainer,
+    batch_layout,
+    cpu_bf16_training,
+    dev_bleu,
+    mixed_precision,
+    precision_words,
+    training_arguments,
+)
 
 TOKENIZER_DIR = "tokenizer"
 FINAL_MODEL_DIR = "model"
-# Data-loading worker processes per device when not given: enough to collate the next batches while the GPU
-# computes. On a CPU the workers would take cores from the computation itself.
-GPU_DATALOADER_WORKERS = 2
 
 logger = logging.get_logger(__name__)
 
 
-# The shipped Multi30k (data/ of the repository; an installed package has none): the default training data,
-# and its dev and test sets, taken only when the run trains on it.
-MULTI30K = Path(__file__).resolve().parents[2] / "data" / "multi30k"
-DEFAULT_TRAIN = str(MULTI30K / "train")
-DEFAULT_EVALUATION = {"dev": str(MULTI30K / "val"), "test": str(MULTI30K / "test_2016_flickr")}
-# The default of `dev` and `test`: Multi30k's when training on the default data, else none.
-AUTO = "auto"
-# What `dev`, `test` (and their flags) take for no such set.
-NONE = "none"
-# What `report_to` takes: transformers' experiment trackers, "all" (every one installed) or "none".
-REPORT_TO = ("none", "all", *sorted(INTEGRATION_TO_CALLBACK))
+@dataclass
+class _Run:
+    """What every stage of a run needs to know: its settings and recipe, folder, processes, the checkpoint
+    it resumes from (None for a new run) and its mixed precision."""
 
-# The recipe settings a run may change, each None (the preset's) unless given: `TrainingPreset`'s fields.
-RecipeOverrides = optional_copy(TrainingPreset, "RecipeOverrides")
-
-
-def installed_trackers() -> set[str]:
-    """The experiment trackers of `REPORT_TO` whose packages are installed."""
-    # transformers' list of installed integrations leaves flyte out.
-    return {*get_available_reporting_integrations(), *(["flyte"] if is_flytekit_available() else [])}
+    settings: TrainingSettings
+    recipe: TrainingPreset
+    output_dir: Path
+    state: PartialState
+    checkpoint: Path | None
+    precision: str
 
 
 @dataclass
-class TrainingSettings(RecipeOverrides):
-    """Everything a run needs, each setting declared once here or (the recipe's: `max_steps`, `lr_scale`,
-    `bf16`, ..., None for the preset's) in `TrainingPreset`, with its help text and check; the `train`
-    command's flags are generated from these fields, and a value no run could use is refused (ValueError)
-    when the settings are made, with the words the command line would use.
+class _Data:
+    """The run's pairs (dev, test and the synthetic training pairs, untagged, None where it has no such set)
+    and, once tokenized, its datasets (the training set: the real and the tagged synthetic pairs)."""
 
-    `dev` and `test` default to "auto": Multi30k's val and test_2016_flickr sets when `train` is the shipped
-    Multi30k, else none; None or "none" is no such set."""
+    train_pairs: Dataset
+    dev_pairs: Dataset | None
+    test_pairs: Dataset | None
+    synthetic_pairs: Dataset | None = None
+    train_dataset: Dataset | SubwordDropoutDataset | None = None
+    dev_dataset: Dataset | None = None
 
-    output_dir: str = setting(help="run folder: checkpoints, tokenizer, final model", required=True)
-    preset: str = setting("cpu", "training recipe", choices=sorted(TRAINING_PRESETS))
-    train: str = setting(DEFAULT_TRAIN, "training data: prefix, file or `datasets` name", group=DATA)
-    train_target: str | None = setting(None, "target-side file when --train is the source file", group=DATA)
-    dev: str | None = setting(
-        AUTO,
-        "dev set, like --train; 'none' to skip (default: Multi30k val when --train is the default)",
-        group=DATA,
+
+def run_training(settings: TrainingSettings) -> dict[str, Any]:
+    """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
+    run = _start_run(settings)
+    data = _load_data(run)
+    tokenizer, model = _tokenizer_and_model(run, data)
+    _tokenize_data(run, data, tokenizer)
+    trainer = _build_trainer(run, data, tokenizer, model)
+    _train(run, trainer)
+    return _finish(run, data, trainer, tokenizer)
+
+
+def _start_run(settings: TrainingSettings) -> _Run:
+    """The run about to start: its progress lines shown, and the checkpoint it resumes from, refused when
+    the run recorded another recipe."""
+    recipe = settings.recipe()
+    output_dir = Path(settings.output_dir)
+    state = PartialState(cpu=not torch.cuda.is_available())
+    show_progress_lines(state.is_main_process)
+    checkpoint = find_resume_checkpoint(output_dir, settings.resume, state)
+    recipe = with_recorded_label_smoothing(
+        recipe,
+        settings.label_smoothing is not None,
+        checkpoint if checkpoint is not None else settings.init_from,
     )
-    dev_target: str | None = setting(None, "target-side file when --dev is the source file", group=DATA)
-    test: str | None = setting(
-        AUTO,
-        "test set, like --train; 'none' to skip (default: Multi30k test_2016_flickr when --train is the "
-        "default)",
-        group=DATA,
-    )
-    test_target: str | None = setting(None, "target-side file when --test is the source file", group=DATA)
-    # Back-translation (docs/backtranslation.md): training pairs only, never dev or test.
-    synthetic_source: str | None = setting(
-        None,
-        "synthetic training pairs' source file: the machine translations of --synthetic-target",
-        group=DATA,
-    )
-    synthetic_target: str | None = setting(
-        None, "synthetic training pairs' target file: target-language monolingual text", group=DATA
-    )
-    synthetic_tag: str | None = setting(
-        DEFAULT_TAG,
-        "token put in front of every synthetic source (tagged back-translation); 'none': untagged",
-        check=tag_token,
-        group=DATA,
-    )
-    src_lang: str = setting("en", "source language code: file suffix or `datasets` key", group=DATA)
-    tgt_lang: str = setting("de", "target language code: file suffix or `datasets` key", group=DATA)
-    dataset_config: str | None = setting(
-        None, "config of a `datasets` name, e.g. de-en for wmt14", group=DATA
-    )
-    train_split: str = setting("train", "split of a `datasets` name", group=DATA)
-    dev_split: str = setting("validation", "dev split of a `datasets` name", group=DATA)
-    test_split: str = setting("test", "test split of a `datasets` name", group=DATA)
-    long_pairs: str = setting(
-        "filter", "what happens to longer pairs", group=DATA, choices=("filter", "truncate")
-    )
-    init_from: str | None = setting(
-        None, "fine-tune this model folder or Hub id (and its tokenizer)", group=MODEL
-    )
-    tokenizer: str | None = setting(None, "use this tokenizer instead of training one", group=MODEL)
-    # Added to the preset's model overrides; the command line reads them from KEY=VALUE words.
-    model_overrides: dict[str, Any] = setting(
-        help="config field or paper symbol, e.g. N=4, d_model=256, P_drop=0.3, "
-        "position_embedding_type=learned; several may follow one flag, or repeat the flag",
-        default_factory=dict,
-        group=MODEL,
-        flag="--model-override",
-        action="extend",
-        nargs="+",
-        flag_default=[],
-        metavar="KEY=VALUE",
-    )
-    seed: int = setting(1, "seed of the initialisation and data order", check=random_seed, group=TRAINING)
-    resume: bool = setting(False, "continue from the last checkpoint", group=TRAINING)
-    dataloader_workers: int | None = setting(
-        None,
-        "data-loading processes per device (default: 2 on a GPU, 0 on a CPU)",
-        check=non_negative_int,
-        group=TRAINING,
-    )
-    report_to: str = setting(
-        "none",
-        f"log losses and learning rates to this experiment tracker: {', '.join(REPORT_TO)}; all: every one "
-        "installed",
-        group=TRAINING,
-        choices=REPORT_TO,
-        metavar="TRACKER",
-    )
-    num_beams: int = setting(
-        4,
-        "beam size of the BLEU runs, and of the final model's generation config where above 1",
-        check=positive_int,
-        group=EVALUATION,
-    )
-    eval_batch_size: int = setting(
-        64, "sentences per batch in evaluation", check=positive_int, group=EVALUATION
-    )
-    max_eval_sentences: int | None = setting(
-        None,
-        "translate only the first N dev and test sentences (the length penalty is then chosen on those)",
-        check=positive_int,
-        group=EVALUATION,
-    )
-    eval_bleu: bool = setting(
-        False,
-        "dev BLEU (beam search, sacreBLEU) at every dev evaluation during training, not only at the end",
-        group=EVALUATION,
-    )
-    patience: int | None = setting(
-        None,
-        "stop once N dev evaluations in a row bring no better dev BLEU (with --eval-bleu; else dev loss), "
-        "and make the best evaluation's checkpoint the final model instead of an average",
-        check=positive_int,
-        group=EVALUATION,
+    if checkpoint is not None:
+        check_same_recipe(output_dir, _recipe_record(settings, recipe, state))
+    return _Run(settings, recipe, output_dir, state, checkpoint, mixed_precision(settings, recipe))
+
+
+def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, state: PartialState) -> dict[str, Any]:
+    """What `RECIPE_FILE` records of the run."""
+    return recipe_record(settings.preset, settings.seed, recipe, state.num_processes) | synthetic_record(
+        settings
     )
 
-    def __post_init__(self) -> None:
-        """Resolve the dev and test sets, then refuse what no run could use: the checks with their own words
-        first, then each field's check (`settings_schema.check_settings`)."""
-        self._check_data()
-        check_synthetic_settings(self)
-        self.dev, self.test = self._evaluation_set(self.dev, "dev"), self._evaluation_set(self.test, "test")
-        recipe = self.recipe()
-        self.workers()
-        self._check_model(recipe)
-        self._check_evaluation(recipe)
-        check_settings(self)
-        self._check_environment()
 
-    def _evaluation_set(self, given: str | None, split: str) -> str | None:
-        """The dev or test set: the one given (None or 'none': none), else Multi30k's when training on it."""
-        if given == AUTO:
-            return DEFAULT_EVALUATION[split] if self.train == DEFAULT_TRAIN else None
-        return None if given is None or given.lower() == NONE else given
-
-    def _check_data(self) -> None:
-        """Data and vocabulary settings that the run would otherwise ignore or misread."""
-        for split in ("train", "dev", "test"):
-            source, target = getattr(self, split), getattr(self, f"{split}_target")
-            if target is not None and (source in (None, DEFAULT_TRAIN, AUTO) or source.lower() == NONE):
-                raise ValueError(
-                    f"--{split}-target names the target side of --{split}: give --{split} SOURCE_FILE too."
-                )
-        if self.src_lang == self.tgt_lang and self.train_target is None:
-            raise ValueError(
-                f"--src-lang and --tgt-lang are both {self.src_lang}: give the two languages of the pairs "
-                "(for a monolingual task, give --train and --train-target as two files)."
-            )
-        given = {"--init-from": self.init_from, "--tokenizer": self.tokenizer}
-        vocabulary_from = next((flag for flag, value in given.items() if value is not None), None)
-        if self.vocab_size is not None and vocabulary_from is not None:
-            raise ValueError(
-                f"--vocab-size sizes a new vocabulary, but {vocabulary_from} brings its own: leave one of "
-                "them out."
-            )
-
-    def _check_model(self, recipe: TrainingPreset) -> None:
-        """The model overrides must make a valid config, and cannot change a model to fine-tune."""
-        if self.init_from is not None and self.model_overrides:
-            raise ValueError(
-                f"--model-override ({', '.join(self.model_overrides)}) cannot change {self.init_from}: a "
-                "fine-tuned model keeps the architecture it starts from."
-            )
-        try:
-            VanillaTransformerConfig.from_preset(recipe.model_preset, **recipe.model_overrides)
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"--model-override: {error}") from None
-
-    def _check_evaluation(self, recipe: TrainingPreset) -> None:
-        """Evaluation settings that need a dev set, a beam, or checkpoints at dev evaluations."""
-        if self.patience is not None and self.dev is None:
-            raise ValueError(
-                "patience counts dev evaluations without a better score, but the run has none: pass --dev, "
-                "or leave out --patience."
-            )
-        if self.patience is not None and recipe.save_steps % recipe.eval_steps != 0:
-            raise ValueError(
-                f"patience keeps the best dev evaluation's checkpoint, so checkpoints must fall on dev "
-                f"evaluations, but --save-steps {recipe.save_steps} is not a multiple of --eval-steps "
-                f"{recipe.eval_steps}: give e.g. --eval-steps {recipe.save_steps}."
-            )
-        if self.eval_bleu and self.dev is None:
-            raise ValueError(
-                "eval_bleu scores the dev set during training, but the run has none: pass --dev."
-            )
-        if self.tune_length_penalty and self.dev is None:
-            raise ValueError(
-                "tune_length_penalty chooses alpha on the dev set, but the run has none: pass --dev, or "
-                "leave out --tune-length-penalty."
-            )
-        if self.tune_length_penalty and self.num_beams == 1:
-            raise ValueError(
-                "tune_length_penalty chooses alpha for beam search, but num_beams is 1 (greedy, where a "
-                "length penalty changes nothing): give --num-beams 2 or more, or leave out "
-                "--tune-length-penalty."
-            )
-
-    def _check_environment(self) -> None:
-        """What the defaults and trackers need of this installation."""
-        if self.train == DEFAULT_TRAIN and not MULTI30K.is_dir():
-            raise ValueError(
-                f"--train: the default, the repository's Multi30k, is not at {MULTI30K} (an installed "
-                "package has no data/ folder); give --train, or run from a checkout."
-            )
-        if self.report_to not in ("none", "all") and self.report_to not in installed_trackers():
-            raise ValueError(
-                f"--report-to {self.report_to}: its package is not installed; install it (e.g. pip install "
-                f"{self.report_to.replace('_', '-')}), or pick another tracker."
-            )
-
-    def recipe(self) -> TrainingPreset:
-        """The preset with every explicitly given setting applied on top."""
-        if self.preset not in TRAINING_PRESETS:
-            raise ValueError(
-                f"Unknown training preset {self.preset!r}: choose one of {sorted(TRAINING_PRESETS)}."
-            )
-        preset = TRAINING_PRESETS[self.preset]
-        chosen = {k: v for k, v in asdict(self).items() if k in preset.__dataclass_fields__ and v is not None}
-        chosen["model_overrides"] = {**preset.model_overrides, **self.model_overrides}
-        if "max_steps" in chosen and "cooldown_steps" not in chosen:
-            # A preset's cool-down is a share of its steps: a shorter or longer run keeps the same share.
-            chosen["cooldown_steps"] = round(preset.cooldown_steps * chosen["max_steps"] / preset.max_steps)
-        recipe = replace(preset, **chosen)
-        check_settings(recipe)
-        if not 0 <= recipe.cooldown_steps <= recipe.max_steps:
-            raise ValueError(
-                f"cooldown_steps must be between 0 and max_steps ({recipe.max_steps}), got "
-                f"{recipe.cooldown_steps}: the cool-down is the last part of the run."
-            )
-        if recipe.average_checkpoints > recipe.keep_checkpoints:
-            raise ValueError(
-                f"average_checkpoints ({recipe.average_checkpoints}) exceeds keep_checkpoints "
-                f"({recipe.keep_checkpoints}): only the last {recipe.keep_checkpoints} checkpoints stay on "
-                f"disk to be averaged. Raise --keep-checkpoints to at least {recipe.average_checkpoints}, or "
-                "average fewer."
-            )
-        return recipe
-
-    def workers(self) -> int:
-        """Data-loading worker processes per device: the given number, else a few on a GPU, none on a CPU."""
-        if self.dataloader_workers is None:
-            return GPU_DATALOADER_WORKERS if torch.cuda.is_available() else 0
-        if self.dataloader_workers < 0:
-            raise ValueError(
-                f"dataloader_workers must be 0 (load in the training process) or more, got "
-                f"{self.dataloader_workers}."
-            )
-        return self.dataloader_workers
+def _load_data(run: _Run) -> _Data:
+    """Data stage, first half: the training, dev and test pairs."""
+    settings = run.settings
+    return _Data(
+        _load_split(settings, settings.train, settings.train_target, settings.train_split),
+        _load_split(settings, settings.dev, settings.dev_target, settings.dev_split),
+        _load_split(settings, settings.test, settings.test_target, settings.test_split),
+        load_synthetic_pairs(settings),
+    )
 
 
-def _dev_bleu(tokenizer: PreTrainedTokenizerBase, prediction: EvalPrediction) -> dict[str, float]:
-    """sacreBLEU of the translations generated in a dev evaluation (Section 6.1), against the dev targets
-    decoded from their token ids; the Trainer logs it as `eval_bleu`."""
-
-    def decode(ids: np.ndarray) -> list[str]:
-        # The Trainer pads the batches it gathers with -100, which is no token.
-        texts = tokenizer.batch_decode(
-            np.where(ids != -100, ids, tokenizer.pad_token_id), skip_special_tokens=True
-        )
-        return [text.strip() for text in texts]
-
-    hypotheses, references = decode(prediction.predictions), decode(prediction.label_ids)
-    return {"bleu": corpus_bleu(hypotheses, references).score}
+def _load_split(settings: TrainingSettings, source: str | None, target: str | None, split: str):
+    if source is None:
+        return None
+    return load_parallel_data(
+        source,
+        target,
+        src_lang=settings.src_lang,
+        tgt_lang=settings.tgt_lang,
+        config=settings.dataset_config,
+        split=split,
+    )
 
 
-class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
-    """The label-smoothed Seq2SeqTrainer whose training batches hold about `max_tokens` source and target
-    tokens each (Section 5.1) instead of a fixed number of sentences; every process gets its own share.
-    The target tokens trained on are counted on `clock` as the batches reach the training loop, so
-    data-loading workers may collate them."""
-
-    def __init__(self, *args, max_tokens: int, clock: TrainingClock, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.max_tokens = max_tokens
-        self.clock = clock
-
-    def get_train_dataloader(self) -> DataLoader:
-        dataset = self.train_dataset
-        sharding = dict(seed=self.args.seed, num_replicas=self.args.world_size, rank=self.args.process_index)
-        if isinstance(dataset, SubwordDropoutDataset):
-            # Resegmented every epoch (and holding only the model's inputs): each epoch packs its own lengths.
-            sampler = TokenBudgetBatchSampler(
-                *dataset.expected_lengths(), self.max_tokens, epoch_lengths=dataset.epoch_lengths, **sharding
-            )
-        else:
-            dataset = self._remove_unused_columns(dataset, description="Training")
-            sampler = TokenBudgetBatchSampler.from_dataset(dataset, self.max_tokens, **sharding)
-        workers = self.args.dataloader_num_workers
-        loader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            num_workers=workers,
-            pin_memory=self.args.dataloader_pin_memory,
-            persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor,
-            worker_init_fn=partial(seed_worker, num_workers=workers, rank=self.args.process_index),
-        )
-        loader = self.accelerator.prepare(loader)
-        # The sampler shards by process itself; accelerate must not shard its batches a second time.
-        bypass_accelerate_sharding(loader, sampler)
-        return loader
-
-    def get_batch_samples(
-        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
-    ) -> tuple[list, torch.Tensor | int | None]:
-        """The micro-batches of the next optimizer step, as the Trainer takes them, counted on the clock."""
-        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        for batch in batch_samples:
-            self.clock.count_targets(batch["labels"])
-        return batch_samples, num_items_in_batch
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Logs as the Trainer does, except that a resumed run's `train_loss` is the mean over the whole run
-        (`resume.whole_run_loss`), not over the steps since the resume only."""
-        if "train_loss" in logs and self._initial_global_step > 0:
-            logs["train_loss"] = whole_run_loss(
-                self.state.log_history, logs["train_loss"], self._initial_global_step, self.state.global_step
-            )
-        super().log(logs, start_time)
-
-
-def _mixed_precision(settings: TrainingSettings, recipe: TrainingPreset) -> str:
-    """The autocast of the run: "bf16", "fp16" or "no". An explicit --bf16 / --no-bf16 wins. A preset's bf16
-    asks for half precision where it is fast: bf16 where it is native, fp16 with loss scaling on older GPUs
-    (V100, T4), none on a CPU without native bf16 (`hardware.bf16_is_native`: the CPU's flags, not oneDNN's
-    emulation)."""
-    if settings.bf16 is not None:
-        return "bf16" if settings.bf16 else "no"
-    if not recipe.bf16:
-        return "no"
-    if bf16_is_native():
-        return "bf16"
-    return "fp16" if torch.cuda.is_available() else "no"
-
-
-def _precision_words(precision: str, recipe: TrainingPreset) -> str:
-    """The run's precision for the log, saying why a preset's bf16 was not taken on this CPU."""
-    if precision != "no":
-        return precision
-    if recipe.bf16 and not torch.cuda.is_available():
-        return f"float32 (this {cpu_features().kind} CPU computes no bf16 natively)"
-    return "float32"
-
-
-@contextmanager
-def cpu_bf16_training(model: VanillaTransformerForConditionalGeneration) -> Iterator[None]:
-    """Within the block, the fastest way we know to train in bf16 autocast on a CPU (benchmarks/RESULTS.md):
-    eager attention, whose backward there is much faster than SDPA's at these sequence lengths, and dropout
-    masks from `cpu_speedups.fast_dropout_masks`. Both are undone on the way out, so the model saved at
-    the end is the same model whichever way it was trained."""
-    attention = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with fast_dropout_masks(model):
-            yield
-    finally:
-        model.set_attn_implementation(attention)
-
-
-def _batch_layout(recipe: TrainingPreset, world_size: int) -> tuple[int, int]:
-    """(tokens per micro-batch and device, gradient accumulation steps) for about `tokens_per_step` tokens
-    per optimizer step over all devices (Section 5.1). `max_tokens` caps the micro-batch; when the devices
-    together hold more than a step, each takes its share of the step instead (8 GPUs: the paper's 3125)."""
-    accumulation = math.ceil(recipe.tokens_per_step / (recipe.max_tokens * world_size))
-    return math.ceil(recipe.tokens_per_step / (world_size * accumulation)), accumulation
-
-
-def _same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
-    return a.get_vocab() == b.get_vocab()
+def _tokenizer_and_model(
+    run: _Run, data: _Data
+) -> tuple[PreTrainedTokenizerBase, VanillaTransformerForConditionalGeneration]:
+    """Tokenizer and model stage: the vocabulary and the model to train (checked against the checkpoint
+    resumed from). A new run's recipe is recorded once they are known to load: a refused run leaves no
+    recipe behind."""
+    settings, recipe = run.settings, run.recipe
+    tokenizer = _prepare_tokenizer(
+        settings, recipe, run.output_dir, data.train_pairs, run.checkpoint is not None
+    )
+    check_tag(tokenizer, settings, data.train_pairs, data.synthetic_pairs)
+    model = _build_model(settings, recipe, tokenizer)
+    if run.checkpoint is not None:
+        check_same_model(run.checkpoint, model.config)
+    else:
+        write_run_record(run.output_dir, RECIPE_FILE, _recipe_record(settings, recipe, run.state), run.state)
+    return tokenizer, model
 
 
 def _prepare_tokenizer(
@@ -531,17 +231,8 @@ def _prepare_tokenizer(
     return tokenizer
 
 
-# Config fields a new model takes from the tokenizer and the recipe, never from model overrides, and the
-# setting that decides each.
-SET_BY_THE_RUN = {
-    "vocab_size": "--vocab-size",
-    "decoder_vocab_size": "--vocab-size",
-    "max_position_embeddings": "--max-length",
-    "pad_token_id": "the tokenizer",
-    "bos_token_id": "the tokenizer",
-    "eos_token_id": "the tokenizer",
-    "decoder_start_token_id": "the tokenizer",
-}
+def _same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
+    return a.get_vocab() == b.get_vocab()
 
 
 def _build_model(
@@ -549,9 +240,8 @@ def _build_model(
 ) -> VanillaTransformerForConditionalGeneration:
     if settings.init_from is not None:
         model = load_pretrained(VanillaTransformerForConditionalGeneration, settings.init_from)
-        if legacy_label_smoothing(model.config) is not None:
-            # Read into the recipe (`_with_recorded_label_smoothing`); the results record it.
-            delattr(model.config, LEGACY_LABEL_SMOOTHING)
+        # Read into the recipe (`legacy.with_recorded_label_smoothing`); the results record it.
+        drop_legacy_label_smoothing(model.config)
         if model.config.vocab_size < len(tokenizer):
             raise ValueError(
                 f"The tokenizer has {len(tokenizer)} tokens but {settings.init_from} only "
@@ -585,127 +275,6 @@ def _build_model(
     return model
 
 
-def _load_split(settings: TrainingSettings, source: str | None, target: str | None, split: str):
-    if source is None:
-        return None
-    return load_parallel_data(
-        source,
-        target,
-        src_lang=settings.src_lang,
-        tgt_lang=settings.tgt_lang,
-        config=settings.dataset_config,
-        split=split,
-    )
-
-
-def _texts(pairs: Dataset | None, limit: int | None) -> tuple[list[str], list[str]] | None:
-    """The source sentences and references of `pairs`, the first `limit` of them where given."""
-    if pairs is None:
-        return None
-    return list(pairs["src"])[:limit], list(pairs["tgt"])[:limit]
-
-
-def training_arguments(
-    output_dir: Path,
-    *,
-    seed: int,
-    eval_batch_size: int,
-    keep_checkpoints: int,
-    logging_steps: int,
-    report_to: str,
-    **schedule: Any,
-) -> Seq2SeqTrainingArguments:
-    """The Trainer's arguments of every training run of this package (translation and chatbot alike): the
-    run's folder, seed, evaluation batch, checkpoints kept, logging interval and tracker, and gradients left
-    unclipped as in the paper. `schedule` holds what a kind of run sets its own way: how long it trains, when
-    it saves and evaluates, its batches, precision and data loading."""
-    return Seq2SeqTrainingArguments(
-        output_dir=str(output_dir),
-        seed=seed,
-        per_device_eval_batch_size=eval_batch_size,
-        save_total_limit=keep_checkpoints,
-        logging_steps=logging_steps,
-        report_to=report_to,
-        max_grad_norm=0.0,  # the paper clips nothing; Trainer would clip at 1.0
-        **schedule,
-    )
-
-
-@dataclass
-class _Run:
-    """What every stage of a run needs to know: its settings and recipe, folder, processes, the checkpoint
-    it resumes from (None for a new run) and its mixed precision."""
-
-    settings: TrainingSettings
-    recipe: TrainingPreset
-    output_dir: Path
-    state: PartialState
-    checkpoint: Path | None
-    precision: str
-
-
-@dataclass
-class _Data:
-    """The run's pairs (dev, test and the synthetic training pairs, untagged, None where it has no such set)
-    and, once tokenized, its datasets (the training set: the real and the tagged synthetic pairs)."""
-
-    train_pairs: Dataset
-    dev_pairs: Dataset | None
-    test_pairs: Dataset | None
-    synthetic_pairs: Dataset | None = None
-    train_dataset: Dataset | SubwordDropoutDataset | None = None
-    dev_dataset: Dataset | None = None
-
-
-def _start_run(settings: TrainingSettings) -> _Run:
-    """The run about to start: its progress lines shown, and the checkpoint it resumes from, refused when
-    the run recorded another recipe."""
-    recipe = settings.recipe()
-    output_dir = Path(settings.output_dir)
-    state = PartialState(cpu=not torch.cuda.is_available())
-    show_progress_lines(state.is_main_process)
-    checkpoint = find_resume_checkpoint(output_dir, settings.resume, state)
-    recipe = _with_recorded_label_smoothing(settings, recipe, checkpoint)
-    if checkpoint is not None:
-        check_same_recipe(output_dir, _recipe_record(settings, recipe, state))
-    return _Run(settings, recipe, output_dir, state, checkpoint, _mixed_precision(settings, recipe))
-
-
-def _with_recorded_label_smoothing(
-    settings: TrainingSettings, recipe: TrainingPreset, checkpoint: Path | None
-) -> TrainingPreset:
-    """The recipe, with the label smoothing that the model resumed or fine-tuned from records in its config
-    (saved by an earlier version of the package, whose models kept it there) unless --label-smoothing is
-    given."""
-    origin = checkpoint if checkpoint is not None else settings.init_from
-    if settings.label_smoothing is not None or origin is None:
-        return recipe
-    with loading(str(origin)):
-        recorded = legacy_label_smoothing(VanillaTransformerConfig.from_pretrained(origin))
-    if recorded is None:
-        return recipe
-    logger.info(f"Label smoothing {recorded}, as {origin}'s config records (--label-smoothing sets another).")
-    return replace(recipe, label_smoothing=recorded)
-
-
-def _recipe_record(settings: TrainingSettings, recipe: TrainingPreset, state: PartialState) -> dict[str, Any]:
-    """What `RECIPE_FILE` records of the run."""
-    return recipe_record(settings.preset, settings.seed, recipe, state.num_processes) | synthetic_record(
-        settings
-    )
-
-
-def _load_data(run: _Run) -> _Data:
-    """Data stage, first half: the training, dev and test pairs."""
-    settings = run.settings
-    return _Data(
-        _load_split(settings, settings.train, settings.train_target, settings.train_split),
-        _load_split(settings, settings.dev, settings.dev_target, settings.dev_split),
-        _load_split(settings, settings.test, settings.test_target, settings.test_split),
-        load_synthetic_pairs(settings),
-    )
-
-
 def _tokenize_data(run: _Run, data: _Data, tokenizer: PreTrainedTokenizerBase) -> None:
     """Data stage, second half (once the tokenizer is known): the training pairs tokenized (resegmented
     every epoch under subword dropout) and the dev pairs tokenized."""
@@ -729,25 +298,6 @@ def _tokenize_data(run: _Run, data: _Data, tokenizer: PreTrainedTokenizerBase) -
     data.dev_dataset = None if data.dev_pairs is None else tokenize(data.dev_pairs)
 
 
-def _tokenizer_and_model(
-    run: _Run, data: _Data
-) -> tuple[PreTrainedTokenizerBase, VanillaTransformerForConditionalGeneration]:
-    """Tokenizer and model stage: the vocabulary and the model to train (checked against the checkpoint
-    resumed from). A new run's recipe is recorded once they are known to load: a refused run leaves no
-    recipe behind."""
-    settings, recipe = run.settings, run.recipe
-    tokenizer = _prepare_tokenizer(
-        settings, recipe, run.output_dir, data.train_pairs, run.checkpoint is not None
-    )
-    check_tag(tokenizer, settings, data.train_pairs, data.synthetic_pairs)
-    model = _build_model(settings, recipe, tokenizer)
-    if run.checkpoint is not None:
-        check_same_model(run.checkpoint, model.config)
-    else:
-        write_run_record(run.output_dir, RECIPE_FILE, _recipe_record(settings, recipe, run.state), run.state)
-    return tokenizer, model
-
-
 def _build_trainer(
     run: _Run,
     data: _Data,
@@ -757,7 +307,7 @@ def _build_trainer(
     """Trainer stage: the Trainer's arguments, the paper's optimizer and schedule, the clock, the dev-loss
     lines and the progress bar."""
     settings, recipe = run.settings, run.recipe
-    micro_batch_tokens, accumulation = _batch_layout(recipe, run.state.num_processes)
+    micro_batch_tokens, accumulation = batch_layout(recipe, run.state.num_processes)
     optimizer = build_paper_optimizer(model, weight_decay=recipe.weight_decay)
     scheduler = get_noam_schedule(
         optimizer,
@@ -776,7 +326,7 @@ def _build_trainer(
         data_collator=_collator(recipe, tokenizer, model),
         processing_class=tokenizer,
         optimizers=(optimizer, scheduler),
-        compute_metrics=partial(_dev_bleu, tokenizer) if settings.eval_bleu else None,
+        compute_metrics=partial(dev_bleu, tokenizer) if settings.eval_bleu else None,
         # After the clock, which may ask for a save: the loss is logged at every checkpoint.
         callbacks=[DevLossCallback(), clock, LossLoggedAtCheckpoints()]
         + ([DevEarlyStopping(settings.patience)] if settings.patience is not None else []),
@@ -860,12 +410,31 @@ def _train(run: _Run, trainer: TokenBudgetSeq2SeqTrainer) -> None:
         + (f" or {recipe.max_minutes:g} minutes, whichever ends first," if recipe.max_minutes else "")
         + f" of ~{recipe.tokens_per_step} tokens "
         f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {run.state.num_processes} "
-        f"process(es)), warmup {recipe.warmup_steps}, {_precision_words(run.precision, recipe)}, "
+        f"process(es)), warmup {recipe.warmup_steps}, {precision_words(run.precision, recipe)}, "
         f"output {run.output_dir}"
     )
     on_cpu_in_bf16 = run.precision == "bf16" and not torch.cuda.is_available()
     with cpu_bf16_training(model) if on_cpu_in_bf16 else nullcontext():
         trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
+
+
+def _finish(
+    run: _Run, data: _Data, trainer: TokenBudgetSeq2SeqTrainer, tokenizer: PreTrainedTokenizerBase
+) -> dict[str, Any]:
+    """Finish stage: the final model (averaged checkpoints), its dev loss, then on the main process its
+    length penalty chosen on the dev set, its dev and test BLEU, and the model, tokenizer, generation
+    config and results saved. Returns the results (empty on the other processes)."""
+    model, averaged = _final_model(run, trainer)
+    results = _run_figures(run, trainer, model, averaged)
+    if trainer.eval_dataset is not None:
+        # Every process takes part: the Trainer's evaluation gathers across them. Its loss only: the dev BLEU
+        # of the final model follows, on the dev set's own text.
+        trainer.model, trainer.compute_metrics = model, None
+        results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
+    _leave_process_group(run.state, trainer)
+    if not run.state.is_main_process:
+        return {}
+    return _score_and_save(run, data, model, tokenizer, results)
 
 
 def _final_model(
@@ -938,23 +507,21 @@ def _run_figures(
     }
 
 
-def _finish(
-    run: _Run, data: _Data, trainer: TokenBudgetSeq2SeqTrainer, tokenizer: PreTrainedTokenizerBase
-) -> dict[str, Any]:
-    """Finish stage: the final model (averaged checkpoints), its dev loss, then on the main process its
-    length penalty chosen on the dev set, its dev and test BLEU, and the model, tokenizer, generation
-    config and results saved. Returns the results (empty on the other processes)."""
-    model, averaged = _final_model(run, trainer)
-    results = _run_figures(run, trainer, model, averaged)
-    if trainer.eval_dataset is not None:
-        # Every process takes part: the Trainer's evaluation gathers across them. Its loss only: the dev BLEU
-        # of the final model follows, on the dev set's own text.
-        trainer.model, trainer.compute_metrics = model, None
-        results["dev_loss"] = round(trainer.evaluate()["eval_loss"], 4)
-    _leave_process_group(run.state, trainer)
-    if not run.state.is_main_process:
-        return {}
-    return _score_and_save(run, data, model, tokenizer, results)
+def _leave_process_group(state: PartialState, trainer: Seq2SeqTrainer) -> None:
+    """Every process leaves the group once no collective follows: a worker that exits with the group alive
+    can die with SIGABRT when gloo's threads outlive the interpreter.
+
+    The group must not be freed by the DDP wrapper's reducer when the run's objects go away: the last owner
+    of a gloo group joins gloo's threads while it holds the GIL, and a gloo thread still freeing the tensors
+    of a finished gather waits for the GIL, so the process hangs at exit. The wrapper is therefore released
+    while the group is still registered, and the group itself only after a barrier, which lets gloo's threads
+    finish the last gather first.
+    """
+    trainer.accelerator.free_memory()
+    trainer.model_wrapped = trainer.model
+    gc.collect()
+    state.wait_for_everyone()
+    state.destroy_process_group()
 
 
 def _score_and_save(
@@ -987,29 +554,8 @@ def _score_and_save(
     return results
 
 
-def run_training(settings: TrainingSettings) -> dict[str, Any]:
-    """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
-    run = _start_run(settings)
-    data = _load_data(run)
-    tokenizer, model = _tokenizer_and_model(run, data)
-    _tokenize_data(run, data, tokenizer)
-    trainer = _build_trainer(run, data, tokenizer, model)
-    _train(run, trainer)
-    return _finish(run, data, trainer, tokenizer)
-
-
-def _leave_process_group(state: PartialState, trainer: Seq2SeqTrainer) -> None:
-    """Every process leaves the group once no collective follows: a worker that exits with the group alive
-    can die with SIGABRT when gloo's threads outlive the interpreter.
-
-    The group must not be freed by the DDP wrapper's reducer when the run's objects go away: the last owner
-    of a gloo group joins gloo's threads while it holds the GIL, and a gloo thread still freeing the tensors
-    of a finished gather waits for the GIL, so the process hangs at exit. The wrapper is therefore released
-    while the group is still registered, and the group itself only after a barrier, which lets gloo's threads
-    finish the last gather first.
-    """
-    trainer.accelerator.free_memory()
-    trainer.model_wrapped = trainer.model
-    gc.collect()
-    state.wait_for_everyone()
-    state.destroy_process_group()
+def _texts(pairs: Dataset | None, limit: int | None) -> tuple[list[str], list[str]] | None:
+    """The source sentences and references of `pairs`, the first `limit` of them where given."""
+    if pairs is None:
+        return None
+    return list(pairs["src"])[:limit], list(pairs["tgt"])[:limit]

@@ -16,8 +16,9 @@ from transformers.trainer_utils import rotate_checkpoints
 from transformers.utils import logging
 
 from ..common.model_location import TRAINER_STATE_FILE
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..configuration_vanilla_transformer import LEGACY_LABEL_SMOOTHING, VanillaTransformerConfig
 from .averaging import last_checkpoints
+from .legacy import with_legacy_recipe_fields
 from .presets import TrainingPreset
 
 RECIPE_FILE = "training_recipe.json"
@@ -101,7 +102,7 @@ _NOT_THE_MODEL = frozenset(
         "_name_or_path",
         "use_cache",
         "fast_dropout_masks",
-        "label_smoothing",
+        LEGACY_LABEL_SMOOTHING,
     )
 )
 
@@ -177,10 +178,7 @@ def check_same_recipe(output_dir: Path, record: dict[str, Any]) -> None:
     recorded = read_run_record(output_dir, RECIPE_FILE)
     if recorded is None:
         return
-    recorded = {**_RECIPE_DEFAULTS, **recorded}
-    # Runs recorded without it kept their label smoothing in the model's config, which the run reads
-    # (`training._with_recorded_label_smoothing`).
-    recorded.setdefault("label_smoothing", record["label_smoothing"])
+    recorded = with_legacy_recipe_fields({**_RECIPE_DEFAULTS, **recorded}, record)
     world_size = recorded.get("world_size", record["world_size"])
     if world_size != record["world_size"]:
         raise ValueError(

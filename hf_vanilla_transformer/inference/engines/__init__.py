@@ -24,7 +24,7 @@ Modules: `base` (the `Engine` interface and what the exported engines share), `t
 `exporting`.
 """
 
-from .base import Engine, LoadOptions, detect_engine, export_info
+from .base import Engine, LoadOptions, detect_engine
 from .ctranslate2 import (
     CTRANSLATE2_COMPUTE_TYPES,
     CTRANSLATE2_DEVICES,
@@ -41,7 +41,7 @@ from .ctranslate2_export import (
     ctranslate2_vocabulary,
     export_ctranslate2,
 )
-from .export_common import ExportError, ExportSource, load_for_export, require_packages
+from .export_common import ExportError, ExportSource, export_info, load_for_export, require_packages
 from .exporting import export
 from .onnx import OnnxEncoderOutput, OnnxEngine, OnnxSeq2SeqLM
 from .onnx_graphs import (

@@ -1,5 +1,5 @@
-"""What every inference engine offers (`Engine`), and what the exported engines share: reading an exported
-folder's export info, and the one-line errors for a damaged export or an input longer than its positions."""
+"""What every inference engine offers (`Engine`), and which engine reads a folder (`detect_engine`); what the
+exported engines share is `export_common`'s."""
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -73,38 +73,3 @@ def detect_engine(name_or_path: str | Path) -> str:
     """The engine that reads a folder: the one its export info names, else "torch" (model folder, Hub id)."""
     info = read_export_info(name_or_path)
     return info["engine"] if info else "torch"
-
-
-def export_info(name_or_path: str | Path, engine: str) -> dict[str, Any]:
-    """The export info of a folder exported for `engine`; ValueError saying what the folder is otherwise."""
-    info = read_export_info(name_or_path)
-    if info is None or info["engine"] != engine:
-        found = f"a {info['engine']} export" if info else "not an exported folder"
-        raise ValueError(
-            f"{name_or_path} is {found}: export it first "
-            f"(vanilla-transformer export --to {engine}), or pick the engine that reads it."
-        )
-    return info
-
-
-def first_line(error: Exception) -> str:
-    """The first line of an engine's error message, or the error's type where it has none."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-def damaged_export(folder: Path, error: Exception) -> ValueError:
-    """The one-line error for an export whose engine cannot read its files."""
-    return ValueError(
-        f"Cannot load the export in {folder} ({first_line(error)}): a file is missing or damaged; export "
-        "the model again (vanilla-transformer export)."
-    )
-
-
-def check_source_lengths(lengths: list[int], positions: int) -> None:
-    """Refuse inputs longer than the `positions` of an export's position table."""
-    longest = max(lengths, default=0)
-    if longest > positions:
-        raise ValueError(
-            f"An input of {longest} tokens is longer than the {positions} positions of this export "
-            "(max_position_embeddings): split or truncate it, or translate with the PyTorch model."
-        )

@@ -15,7 +15,7 @@ says what it refuses). Its `generate()` runs CTranslate2's own search with the n
 
 The two searches can still part where hypotheses reach the length limit, or where more than beam-size
 hypotheses finish in the last step and the best by the requested penalty is not among CTranslate2's
-beam-size best. An export with a vocabulary shortlist (`export.build_shortlist`) decodes over the
+beam-size best. An export with a vocabulary shortlist (`shortlist.build_shortlist`) decodes over the
 shortlisted target tokens only, unless `use_vmap=False`. Outputs stop at the end of the export's position
 table (`max_position_embeddings` rows); longer inputs are refused.
 """
@@ -29,12 +29,20 @@ from typing import Any, ClassVar
 import torch
 from transformers import GenerationConfig
 
+from ...common.cli import first_line
 from ...common.text_lines import iter_lines
 from ...generation_vanilla_transformer import length_penalty, output_length_offset
-from ..shortlist import DEFAULT_SHORTLIST_SIZE, VMAP_FILE, build_shortlist
-from .base import Engine, LoadOptions, check_source_lengths, damaged_export, export_info, first_line
+from .base import Engine, LoadOptions
 from .ctranslate2_export import CTRANSLATE2_QUANTIZATIONS, export_ctranslate2
-from .export_common import ExportError, ExportSource, require_packages
+from .export_common import (
+    ExportError,
+    ExportSource,
+    check_source_lengths,
+    damaged_export,
+    export_info,
+    require_packages,
+)
+from .shortlist import DEFAULT_SHORTLIST_SIZE, VMAP_FILE, build_shortlist
 
 CTRANSLATE2_DEVICES = ("cpu", "cuda")
 # "default" keeps the export's weight type, converted where the device cannot compute in it (an

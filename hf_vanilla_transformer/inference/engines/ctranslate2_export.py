@@ -14,8 +14,8 @@ from transformers import PreTrainedTokenizerBase
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..alignment import alignment_layer
-from ..shortlist import VMAP_FILE, Shortlist
 from .export_common import ExportError, ExportSource, _prepare_output, _save_companions, require_packages
+from .shortlist import VMAP_FILE, Shortlist
 
 # CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES); float32 is the default.
 CTRANSLATE2_QUANTIZATIONS = (

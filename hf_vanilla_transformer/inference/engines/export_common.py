@@ -1,6 +1,7 @@
-"""What every export shares: loading the model to export, preparing the output folder, and the companions
-every exported folder holds (tokenizers, generation config and `EXPORT_INFO_FILE`, which says which engine
-reads it)."""
+"""What every exported engine shares. Writing: loading the model to export, preparing the output folder, and
+the companions every exported folder holds (tokenizers, generation config and `EXPORT_INFO_FILE`, which says
+which engine reads it). Reading: the export info of a folder, and the one-line errors for a damaged export
+or an input longer than its positions."""
 
 import importlib.util
 import shutil
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
+from ...common.cli import first_line
 from ...common.model_location import loading, read_export_info, write_export_info
 from ...common.model_weights import load_pretrained
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
@@ -116,3 +118,33 @@ def _save_companions(source: ExportSource, out: Path, engine: str, **details: An
         eos_token_id=source.config.eos_token_id,
         **details,
     )
+
+
+def export_info(name_or_path: str | Path, engine: str) -> dict[str, Any]:
+    """The export info of a folder exported for `engine`; ValueError saying what the folder is otherwise."""
+    info = read_export_info(name_or_path)
+    if info is None or info["engine"] != engine:
+        found = f"a {info['engine']} export" if info else "not an exported folder"
+        raise ValueError(
+            f"{name_or_path} is {found}: export it first "
+            f"(vanilla-transformer export --to {engine}), or pick the engine that reads it."
+        )
+    return info
+
+
+def damaged_export(folder: Path, error: Exception) -> ValueError:
+    """The one-line error for an export whose engine cannot read its files."""
+    return ValueError(
+        f"Cannot load the export in {folder} ({first_line(error)}): a file is missing or damaged; export "
+        "the model again (vanilla-transformer export)."
+    )
+
+
+def check_source_lengths(lengths: list[int], positions: int) -> None:
+    """Refuse inputs longer than the `positions` of an export's position table."""
+    longest = max(lengths, default=0)
+    if longest > positions:
+        raise ValueError(
+            f"An input of {longest} tokens is longer than the {positions} positions of this export "
+            "(max_position_embeddings): split or truncate it, or translate with the PyTorch model."
+        )

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from ..shortlist import DEFAULT_SHORTLIST_SIZE
 from .export_common import ExportError, load_for_export, require_packages
 from .registry import ENGINE_REGISTRY, EXPORT_TARGETS
+from .shortlist import DEFAULT_SHORTLIST_SIZE
 
 # The options `export` passes on to an engine's own export where it takes them, with the flag that sets each.
 _OPTION_FLAGS = {
@@ -24,7 +24,7 @@ def export(
 ) -> Path:
     """Load a model folder or Hub id and export it `to` one of `EXPORT_TARGETS` ("ctranslate2", "onnx") with
     that engine's `export`. `quantization` and `shortlist_from` (line-aligned source and target files to
-    `export.build_shortlist` from, with `shortlist_size` target tokens per source token) are CTranslate2's.
+    `shortlist.build_shortlist` from, with `shortlist_size` target tokens per source token) are CTranslate2's.
     What can be refused without the model is refused before it loads."""
     if to not in EXPORT_TARGETS:
         raise ExportError(f"Unknown export target {to!r}: choose one of {list(EXPORT_TARGETS)}.")

@@ -17,8 +17,8 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput
 
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...generation_vanilla_transformer import PaperDecodingMixin
-from .base import Engine, LoadOptions, check_source_lengths, damaged_export, export_info
-from .export_common import ExportSource, require_packages
+from .base import Engine, LoadOptions
+from .export_common import ExportSource, check_source_lengths, damaged_export, export_info, require_packages
 from .onnx_graphs import (
     ONNX_DECODER_FILE,
     ONNX_DECODER_INPUTS,

@@ -1,22 +1,20 @@
-#!/usr/bin/env python
 """Draw the figures of docs/figures/: positional encodings, the learning-rate schedule, given a trained
 chatbot (`vanilla-transformer chatbot train`) its attention for one question and its training curves
 (`chatbot_training.png`, when its checkpoints are there), and given runs of
 `vanilla-transformer train` their training curves. Needs the `plots` extra (matplotlib).
 
-    python scripts/plot_figures.py --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
-    python scripts/plot_figures.py --run runs/multi30k --out docs/figures   # writes multi30k_training.png
-    python scripts/plot_figures.py --translation-model runs/demo/model --out docs/figures  # the alignment
+    vanilla-transformer figures --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
+    vanilla-transformer figures --run runs/multi30k --out docs/figures   # writes multi30k_training.png
+    vanilla-transformer figures --translation-model runs/demo/model --out docs/figures  # the alignment
 """
 
-from __future__ import annotations
-
+import argparse
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from hf_vanilla_transformer.common.cli import ArgumentParser, positive_int
-from hf_vanilla_transformer.figures.plotting import (
+from ..common.cli import ArgumentParser, positive_int, run_command
+from ..figures.plotting import (
     attention_maps,
     find_hangul_font,
     plot_alignment,
@@ -26,8 +24,8 @@ from hf_vanilla_transformer.figures.plotting import (
     plot_positional_encoding,
     plot_training_curves,
 )
-from hf_vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.training.chatbot import load_chatbot, preprocess_sentence
+from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..training.chatbot import load_chatbot, preprocess_sentence
 
 ATTENTION_FILES = {
     "encoder": "attention_encoder_self.png",
@@ -36,8 +34,8 @@ ATTENTION_FILES = {
 }
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(description=__doc__)
+def build_parser(prog: str | None = None) -> ArgumentParser:
+    parser = ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="folder for the figures")
     parser.add_argument("--model", type=Path, help="trained chatbot folder; without it no attention figures")
     parser.add_argument("--question", default="영화 볼래?", help="input of the attention figures")
@@ -62,9 +60,8 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
+    """Draw the figures that `args` ask for into `args.out`."""
     missing = [
         str(folder)
         for folder in [args.model, args.translation_model, *args.run]
@@ -104,5 +101,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"Wrote {path}")
 
 
-if __name__ == "__main__":
-    main()
+def main(argv: list[str] | None = None) -> int | None:
+    """`vanilla-transformer figures ARGV`."""
+    return run_command(run, build_parser(), argv)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .engines.export_common import ExportError
+from .export_common import ExportError
 
 # CTranslate2's vocabulary mapping file, read when translating with use_vmap=True.
 VMAP_FILE = "vmap.txt"

@@ -1,8 +1,0 @@
-"""`vanilla-transformer tune`, run from a checkout; `--help` lists its options."""
-
-import sys
-
-from hf_vanilla_transformer.commands.tune import main
-
-if __name__ == "__main__":
-    sys.exit(main())
