@@ -493,7 +493,7 @@ def test_patience_stops_after_evaluations_without_a_better_dev_bleu_and_keeps_th
     at the second evaluation (step 4); three evaluations without a better one follow (a tie is no better),
     so training stops at step 10 of 30, and the final model is checkpoint-4's weights, not an average."""
     scripted = iter([10.0, 30.0, 20.0, 25.0, 30.0, 99.0])
-    monkeypatch.setattr(training, "_dev_bleu", lambda tokenizer, prediction: {"bleu": next(scripted)})
+    monkeypatch.setattr(training, "dev_bleu", lambda tokenizer, prediction: {"bleu": next(scripted)})
     run = settings(
         corpus, tmp_path, dev=str(corpus / "val"), max_steps=30, eval_steps=2, save_steps=4, eval_bleu=True,
         patience=3, keep_checkpoints=2, average_checkpoints=2,
