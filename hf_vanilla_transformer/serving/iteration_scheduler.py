@@ -42,14 +42,14 @@ class StepStats:
     failed: int = 0
     max_running: int = 0
     max_requests_in_step: int = 0
-    recent: list = field(default_factory=list)
+    recent: deque = field(default_factory=lambda: deque(maxlen=256))
 
     def add(self, running: int, requests: int, finished: int, seconds: float) -> None:
         self.steps += 1
         self.segments += finished
         self.max_running = max(self.max_running, running)
         self.max_requests_in_step = max(self.max_requests_in_step, requests)
-        self.recent = [*self.recent[-255:], (running, finished, seconds)]
+        self.recent.append((running, finished, seconds))
 
     def segments_per_second(self) -> float | None:
         """Segments finished per second of decoding over the recent steps (None before the first)."""
