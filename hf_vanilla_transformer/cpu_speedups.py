@@ -4,7 +4,7 @@
 - `CPULinear`: an `nn.Linear` whose large float32 products on AMD CPUs run through oneDNN rather than
   torch's default GEMM (MKL, which takes its AVX2 path there); small ones, where the default GEMM was
   faster, stay with it, and so do Intel CPUs, where MKL takes its AVX-512 path. Within one `generate()`
-  call, decoder weights are packed once into oneDNN's blocked layout (`weights_fixed_for_decoding`).
+  call, weights are packed once into oneDNN's blocked layout (`weights_fixed_for_decoding`).
 - `ATTENTION_FUNCTIONS`: the model's own `AttentionInterface`, whose "sdpa" runs a decoding step (one
   query row, no gradient) on a CPU as two plain matmuls, where SDPA's kernels cost more than the products.
 - `FreePositionCacheLayer`: beam search's cache reordering writes into a buffer one position longer, which
@@ -109,20 +109,21 @@ class _OneDNNLinearFunction(torch.autograd.Function):
 
 
 # Within one generate() call: for each CPULinear, a weak reference to the weight it saw and that weight in
-# oneDNN's blocked layout (None until its second use). Held by the call's context, never by a module, so
-# two threads decoding with one model each keep their own, and nothing outlives the call.
-_PACKED_WEIGHTS: ContextVar[dict[int, tuple[weakref.ref, torch.Tensor | None, nn.Module]] | None] = (
-    ContextVar("_PACKED_WEIGHTS", default=None)
+# oneDNN's blocked layout. Held by the call's context, never by a module, so two threads decoding with one
+# model each keep their own, and nothing outlives the call.
+_PACKED_WEIGHTS: ContextVar[dict[int, tuple[weakref.ref, torch.Tensor, nn.Module]] | None] = ContextVar(
+    "_PACKED_WEIGHTS", default=None
 )
 
 
 @contextmanager
 def weights_fixed_for_decoding() -> Iterator[None]:
-    """Within one generate() call the parameters are fixed and every decoding step uses them again, so a
-    float32 `CPULinear` packs its weight at its second use and reuses the packed copy. Nothing outlives
-    the call: fused optimizers update parameters in place without bumping their version counters, so no
-    cache key could tell that a copy kept across calls was stale. A weight that is a new tensor at every
-    call (accelerate's offload loads it afresh) is never packed and never kept."""
+    """Within one generate() call (or one running batch of the server's iteration scheduler) the
+    parameters are fixed, so a float32 `CPULinear` that goes through oneDNN packs its weight once, at its
+    first use, and reuses the packed copy. Nothing outlives the call: fused optimizers update parameters in
+    place without bumping their version counters, so no cache key could tell that a copy kept across calls
+    was stale. A weight that is a new tensor at every use (accelerate's offload loads it afresh) is packed
+    for that use alone."""
     token = _PACKED_WEIGHTS.set({})
     try:
         yield
@@ -130,21 +131,25 @@ def weights_fixed_for_decoding() -> Iterator[None]:
         _PACKED_WEIGHTS.reset(token)
 
 
-def _decoding_weight(module: nn.Module, weight: torch.Tensor, rows: int) -> torch.Tensor:
-    """The weight in oneDNN's blocked layout for products of 4 to 64 rows (decoding steps), packed at its
-    second use within a generate() call; elsewhere the weight itself. One row gains nothing from packing,
-    and at 128 rows (beam 4 over 32 sentences) generate() ran slower packed (benchmarks/RESULTS.md)."""
+# oneDNN's blocked layout is chosen for a number of rows; any hint from 2 up gave the same products.
+_PACKING_ROWS_HINT = 64
+
+
+def _decoding_weight(module: nn.Module, weight: torch.Tensor) -> torch.Tensor:
+    """The weight in oneDNN's blocked layout within a generate() call, for every product whatever its rows;
+    elsewhere the weight itself. With one layout for every row count, a row's product is the same number
+    whatever rows share the step (checked from 1 to 512 rows, on one and two threads, by
+    tests/test_cpu_speedups.py): a sentence decoded beside others in the server's running batch then gets
+    the same numbers as decoded alone, where unpacked products of one row (a matrix-vector product) round
+    differently from those of two or more."""
     store = _PACKED_WEIGHTS.get()
-    if store is None or not 4 <= rows <= 64:
+    if store is None:
         return weight
     seen = store.get(id(module))
-    if seen is None or seen[0]() is not weight:
-        store[id(module)] = (weakref.ref(weight), None, module)
-        return weight
-    packed = seen[1]
-    if packed is None:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        store[id(module)] = (seen[0], packed, module)
+    if seen is not None and seen[0]() is weight:
+        return seen[1]
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, _PACKING_ROWS_HINT)
+    store[id(module)] = (weakref.ref(weight), packed, module)
     return packed
 
 
@@ -194,14 +199,14 @@ class CPULinear(nn.Linear):
             and not torch.overrides.has_torch_function((x, weight) if bias is None else (x, weight, bias))
         ):
             return super().forward(x)
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+            rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
             if rows < _ONEDNN_MIN_TRAINING_ROWS:
                 return super().forward(x)
             return _OneDNNLinearFunction.apply(x, weight, bias)
         if weight.numel() < _ONEDNN_MIN_INFERENCE_WEIGHT:
             return super().forward(x)
-        return _onednn_linear(x, _decoding_weight(self, weight, rows), bias)
+        return _onednn_linear(x, _decoding_weight(self, weight), bias)
 
 
 def with_nn_linear_layers(model: nn.Module) -> nn.Module:
@@ -283,22 +288,27 @@ class FreePositionCacheLayer(DynamicLayer):
     @classmethod
     def reordered(cls, layer: DynamicLayer, beam_idx: torch.LongTensor) -> "FreePositionCacheLayer":
         """`layer` with its batch rows reordered by `beam_idx`, as `layer.reorder_cache(beam_idx)` does."""
-        reordered = cls()
-        reordered.device, reordered.is_initialized = layer.device, True
-        buffers = []
-        for states in (layer.keys, layer.values):
-            batch, heads, length, dim = states.shape
-            buffer = states.new_empty(batch, heads, length + 1, dim)
-            torch.index_select(states, 0, beam_idx.to(states.device), out=buffer[:, :, :length])
-            buffers.append(buffer)
-        reordered._free_buffers = tuple(buffers)
-        reordered.keys, reordered.values = (buffer[:, :, :-1] for buffer in buffers)
-        return reordered
+        return cls.holding(
+            rows_with_free_position(layer.keys, beam_idx), rows_with_free_position(layer.values, beam_idx)
+        )
+
+    @classmethod
+    def holding(cls, keys: torch.Tensor, values: torch.Tensor) -> "FreePositionCacheLayer":
+        """A layer holding `keys` and `values` themselves, not copies. Where they are the views that
+        `rows_with_free_position` returns, the next decoding step's `update` writes into the free slot."""
+        layer = cls()
+        layer.device, layer.is_initialized = keys.device, True
+        layer.keys, layer.values = keys, values
+        if keys._base is not None and values._base is not None:
+            layer._free_buffers = (keys._base, values._base)
+        return layer
 
     def _holds_prefixes_of(self, buffers: tuple[torch.Tensor, torch.Tensor]) -> bool:
         """Whether the keys and values are still the views `reordered` made (not cropped or replaced)."""
         return all(
-            states._base is buffer and states.shape[-2] == buffer.shape[-2] - 1
+            states._base is buffer
+            and states.data_ptr() == buffer.data_ptr()
+            and states.shape[-2] == buffer.shape[-2] - 1
             for states, buffer in zip((self.keys, self.values), buffers)
         )
 
@@ -313,6 +323,16 @@ class FreePositionCacheLayer(DynamicLayer):
         value_buffer[:, :, -1:].copy_(value_states)
         self.keys, self.values = key_buffer, value_buffer
         return self.keys, self.values
+
+
+def rows_with_free_position(states: torch.Tensor, rows: torch.LongTensor) -> torch.Tensor:
+    """`states` [batch, heads, positions, d_k] at the batch `rows`, as `index_select` gives them, but the
+    first positions of a buffer one position longer, for `FreePositionCacheLayer.holding` to write the next
+    position into."""
+    batch, heads, length, dim = states.shape
+    buffer = states.new_empty(len(rows), heads, length + 1, dim)
+    torch.index_select(states, 0, rows.to(states.device), out=buffer[:, :, :length])
+    return buffer[:, :, :length]
 
 
 def reorder_self_attention_layer(layer: DynamicLayer, beam_idx: torch.LongTensor) -> DynamicLayer:

@@ -172,36 +172,60 @@ def test_cpu_linear_leaves_a_tensor_subclass_weight_its_own_product():
 
 
 @ONEDNN
-def test_decoding_packs_a_weight_at_its_second_use_and_keeps_nothing():
+def test_decoding_packs_a_weight_at_its_first_use_for_every_row_count_and_keeps_nothing():
     generator = torch.Generator().manual_seed(0)
     layer = cpu_speedups.CPULinear(16, 24).eval()
     x = torch.randn(4, 7, 16, generator=generator)
     with torch.no_grad():
         expected = nn.functional.linear(x, layer.weight, layer.bias)
         with pytest.raises(RuntimeError, match="stop"), cpu_speedups.weights_fixed_for_decoding():
-            outputs = [layer(x) for _ in range(3)]
+            outputs = [layer(x)]
             store = cpu_speedups._PACKED_WEIGHTS.get()
             reference, packed, _ = store[id(layer)]
             assert reference() is layer.weight and packed.layout == torch._mkldnn
-            layer(x[:1, :1])  # one row: not packed, and the packed copy is kept for the next step
+            outputs += [layer(x[:1, :1]), layer(x.repeat(8, 1, 1))]  # one row, 224 rows: the same copy
             assert store[id(layer)][1] is packed
             raise RuntimeError("stop")  # the copies go, however the call ends
         assert cpu_speedups._PACKED_WEIGHTS.get() is None
-    for out in outputs:
-        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for out, reference_out in zip(outputs, (expected, expected[:1, :1], expected.repeat(8, 1, 1))):
+        torch.testing.assert_close(out, reference_out, rtol=1e-5, atol=1e-5)
 
 
 @ONEDNN
-def test_a_weight_loaded_afresh_at_every_call_is_never_packed_nor_kept():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_rows_product_in_decoding_is_the_same_number_whatever_rows_share_it(threads):
+    """The server's running batch decodes a sentence beside a changing number of others: each of its rows
+    must come out of a product bit for bit as it does alone (one row) or beside any other rows."""
+    generator = torch.Generator().manual_seed(0)
+    layer = cpu_speedups.CPULinear(96, 200).eval()
+    row = torch.randn(96, generator=generator)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad(), cpu_speedups.weights_fixed_for_decoding():
+            alone = layer(row[None])[0]
+            for rows in (2, 3, 4, 5, 7, 8, 33, 64, 65, 128, 257):
+                for position in {0, rows // 2, rows - 1}:
+                    x = torch.randn(rows, 96, generator=generator)
+                    x[position] = row
+                    assert torch.equal(layer(x)[position], alone), (rows, position)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+@ONEDNN
+def test_a_weight_loaded_afresh_at_every_call_is_packed_for_that_use_and_never_kept():
     """accelerate's offload sets a new weight tensor before each forward: nothing may hold it."""
     layer = cpu_speedups.CPULinear(16, 24).eval()
     x = torch.randn(4, 7, 16)
     with torch.no_grad(), cpu_speedups.weights_fixed_for_decoding():
+        packed_copies = []
         for _ in range(3):
             layer.weight = nn.Parameter(layer.weight.detach().clone())
             torch.testing.assert_close(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
             reference, packed, _ = cpu_speedups._PACKED_WEIGHTS.get()[id(layer)]
-            assert packed is None
+            assert reference() is layer.weight and all(packed is not copy for copy in packed_copies)
+            packed_copies.append(packed)
         old = reference()
         layer.weight = nn.Parameter(layer.weight.detach().clone())
         del old

@@ -29,9 +29,10 @@ from typing import Any
 
 import torch
 from transformers import GenerationConfig
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
+from ..cpu_speedups import FreePositionCacheLayer, eager_cpu, rows_with_free_position
 from ..generation_vanilla_transformer import gnmt_length_penalty, output_length_offset
 from .scoring import end_token_id
 
@@ -151,13 +152,21 @@ class _Batch:
         rows = (kept[:, None] * beams + torch.arange(beams)).flatten()
         device = self.self_mask.device
         row_indices, rows, kept_on = row_indices.to(device), rows.to(device), kept.to(device)
+        # A sentence's beams share its source, so the cross-attention rows move only when sentences leave:
+        # copying them at every step would cost as much as the step's attention over a long source.
+        if len(sentence_indices) == len(self.sentences):
+            cross_keys, cross_values, cross_mask = self.cross_keys, self.cross_values, self.cross_mask
+        else:
+            cross_keys = [keys.index_select(0, rows) for keys in self.cross_keys]
+            cross_values = [values.index_select(0, rows) for values in self.cross_values]
+            cross_mask = self.cross_mask.index_select(0, rows)
         return _Batch(
-            [keys.index_select(0, row_indices) for keys in self.self_keys],
-            [values.index_select(0, row_indices) for values in self.self_values],
+            [_reordered(keys, row_indices) for keys in self.self_keys],
+            [_reordered(values, row_indices) for values in self.self_values],
             self.self_mask.index_select(0, row_indices),
-            [keys.index_select(0, rows) for keys in self.cross_keys],
-            [values.index_select(0, rows) for values in self.cross_values],
-            self.cross_mask.index_select(0, rows),
+            cross_keys,
+            cross_values,
+            cross_mask,
             self.running_scores.index_select(0, kept_on),
             self.finished_scores.index_select(0, kept_on),
             self.finished_mask.index_select(0, kept_on),
@@ -179,6 +188,25 @@ class _Batch:
             self.cross_values = [values[:, :, :needed] for values in self.cross_values]
             self.cross_mask = self.cross_mask[:, :needed]
         return self
+
+
+def _reordered(states: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Self-attention keys or values at `rows`; on a CPU with a free position after them, which the next
+    step fills (`FreePositionCacheLayer`) rather than copying the whole cache once more to append it."""
+    if eager_cpu(states):
+        return rows_with_free_position(states, rows)
+    return states.index_select(0, rows)
+
+
+def _cache(batch: "_Batch") -> EncoderDecoderCache:
+    """The decoder's cache over the batch's own tensors, none of them copied."""
+    self_attention = Cache(
+        layers=[FreePositionCacheLayer.holding(k, v) for k, v in zip(batch.self_keys, batch.self_values)]
+    )
+    cross_attention = Cache(
+        layers=[FreePositionCacheLayer.holding(k, v) for k, v in zip(batch.cross_keys, batch.cross_values)]
+    )
+    return EncoderDecoderCache(self_attention, cross_attention)
 
 
 def _pad(tensor: torch.Tensor, dim: int, length: int, left: bool) -> torch.Tensor:
@@ -338,14 +366,7 @@ class RunningBeamSearch:
             device=device,
         )
         self_mask = torch.cat([batch.self_mask, torch.ones((rows, 1), dtype=torch.long, device=device)], 1)
-        cache = EncoderDecoderCache(
-            [
-                (keys, values, cross_keys, cross_values)
-                for keys, values, cross_keys, cross_values in zip(
-                    batch.self_keys, batch.self_values, batch.cross_keys, batch.cross_values
-                )
-            ]
-        )
+        cache = _cache(batch)
         # The encoder's states are read from the cache's keys and values; the decoder needs their shape only.
         positions = batch.cross_mask.shape[1]
         placeholder = batch.cross_keys[0].new_zeros(1, 1, self.model.config.d_model)
