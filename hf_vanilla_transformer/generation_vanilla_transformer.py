@@ -201,9 +201,10 @@ class PaperDecodingMixin:
             )
         return output
 
-    def _decoding_context(self) -> AbstractContextManager:
-        """Entered around each generate() call: where a model keeps copies of its fixed weights for the
-        call's decoding steps. None here."""
+    def _decoding_context(self, sentences_apart: bool = False) -> AbstractContextManager:
+        """Entered around each generate() call, and around a running batch's steps (`sentences_apart`):
+        where a model keeps copies of its fixed weights for the decoding steps, and keeps each sentence's
+        attention apart from a batch's padding. Nothing here."""
         return nullcontext()
 
     # transformers' beam search divides a hypothesis' log-probability by length ** length_penalty in these

@@ -749,8 +749,8 @@ class VanillaTransformerForConditionalGeneration(
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def _decoding_context(self) -> AbstractContextManager[None]:
-        return weights_fixed_for_decoding()
+    def _decoding_context(self, sentences_apart: bool = False) -> AbstractContextManager[None]:
+        return weights_fixed_for_decoding(sentences_apart)
 
     def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search's per-step reordering of the cache. It only permutes the beams of each input among

@@ -273,6 +273,40 @@ def test_single_query_attention_equals_sdpa():
             torch.testing.assert_close(out, expected.transpose(1, 2))
 
 
+def test_a_running_batchs_attention_takes_each_sentence_without_the_padding():
+    """In a running batch (`sentences_apart`), rows padded on the left (self-attention) or on the right
+    (source) get bit for bit what they get over their own keys alone; a mask with a gap is taken as it is."""
+    generator = torch.Generator().manual_seed(2)
+    query = torch.randn(6, 4, 1, 8, generator=generator)
+    key, value = torch.randn(2, 6, 4, 13, 8, generator=generator)
+    spans = [(0, 13), (0, 13), (3, 13), (3, 13), (0, 5), (2, 9)]
+    mask = torch.zeros(6, 1, 1, 13, dtype=torch.bool)
+    for row, (first, end) in enumerate(spans):
+        mask[row, ..., first:end] = True
+    with torch.no_grad(), cpu_speedups.weights_fixed_for_decoding(sentences_apart=True):
+        out = cpu_speedups._single_query_attention(query, key, value, mask, 8**-0.5)
+        for row, (first, end) in enumerate(spans):
+            rows = slice(row, row + 1)
+            alone = cpu_speedups._single_query_attention(
+                query[rows],
+                key[rows, :, first:end].contiguous(),
+                value[rows, :, first:end].contiguous(),
+                None,
+                8**-0.5,
+            )
+            assert torch.equal(out[rows], alone), row
+        gap = mask.clone()
+        gap[0, ..., 6] = False
+        torch.testing.assert_close(
+            cpu_speedups._single_query_attention(query, key, value, gap, 8**-0.5),
+            cpu_speedups._attention(query, key, value, gap, 8**-0.5),
+        )
+    with torch.no_grad():  # within generate(): the padded batch as it is, equal up to rounding
+        torch.testing.assert_close(
+            cpu_speedups._single_query_attention(query, key, value, mask, 8**-0.5), out
+        )
+
+
 def test_single_query_attention_equals_the_models_eager_attention():
     """The decoding step's two matmuls against the model's own Eq. 1 (`eager_attention_forward`), which
     takes the mask as an additive float mask."""

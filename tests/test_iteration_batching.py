@@ -5,6 +5,7 @@ a short request while a long text still decodes, and drops a departed client's t
 
 import asyncio
 import random
+import re
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from transformers import GenerationConfig
 
 from hf_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
+from hf_vanilla_transformer.inference import decoding_memory
 from hf_vanilla_transformer.inference.iteration_batching import RunningBeamSearch, unsupported
 from hf_vanilla_transformer.inference.translator import Translator
 
@@ -44,18 +46,33 @@ def random_sources(count: int, seed: int, longest: int = 12) -> list[list[int]]:
     return [[rng.randrange(4, 64) for _ in range(rng.randrange(1, longest))] + [EOS] for _ in range(count)]
 
 
-def run_staggered(search: RunningBeamSearch, sources: list[list[int]], every: int, together: int) -> dict:
+def scored_alone(model, source: list[int]) -> list[float]:
+    """The scores `generate()` ranks the beam's hypotheses of `source` by, decoded by itself."""
+    out = model.generate(
+        input_ids=torch.tensor([source]),
+        attention_mask=torch.ones(1, len(source), dtype=torch.long),
+        num_return_sequences=model.generation_config.num_beams,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    return out.sequences_scores.tolist()
+
+
+def run_staggered(
+    search: RunningBeamSearch, sources: list[list[int]], every: int, together: int, scores: bool = False
+) -> dict:
     """Decode `sources` with `together` of them joining the running batch every `every` steps; each one's
-    outputs by its index."""
+    outputs (or, with `scores`, the scores it ranked them by) by its index."""
     results, waiting, steps = {}, list(enumerate(sources)), 0
     with search.decoding():
         while waiting or len(search):
+            finished = []
             if waiting and steps % every == 0:
                 arriving, waiting = waiting[:together], waiting[together:]
-                for done in search.add([s for _, s in arriving], [key for key, _ in arriving]):
-                    results[done.key] = done.outputs
-            for done in search.step():
-                results[done.key] = done.outputs
+                finished += search.add([s for _, s in arriving], [key for key, _ in arriving])
+            finished += search.step()
+            for done in finished:
+                results[done.key] = done.scores if scores else done.outputs
             steps += 1
     return results
 
@@ -78,6 +95,18 @@ def test_each_sentence_decodes_as_generate_decodes_it_alone(decoding: str) -> No
     sources = random_sources(10, seed=0)
     expected = {index: generated_alone(model, source) for index, source in enumerate(sources)}
     assert run_staggered(RunningBeamSearch(model), sources, every=3, together=2) == expected
+
+
+@pytest.mark.parametrize("decoding", ["paper", "beam 2, limit +5"])
+def test_each_sentence_scores_as_generate_scores_it_alone_bit_for_bit(decoding: str) -> None:
+    """Not only the same tokens: the very same numbers, whatever the sentences beside it, their lengths and
+    when they joined (one packed weight layout for every row count, the attention over each sentence's own
+    keys, each source encoded by itself)."""
+    model = tiny_model(seed=3)
+    model.generation_config = paper_generation_config(model.config, **DECODINGS[decoding])
+    sources = random_sources(10, seed=0)
+    expected = {index: scored_alone(model, source) for index, source in enumerate(sources)}
+    assert run_staggered(RunningBeamSearch(model), sources, every=3, together=2, scores=True) == expected
 
 
 def test_learned_positions_stop_at_the_table_as_generate_does() -> None:
@@ -258,3 +287,21 @@ def test_a_full_queue_refuses_at_once(random_translator: Translator) -> None:
         asyncio.run(asyncio.wait_for(fill(), 60))
     finally:
         scheduler.close()
+
+
+def test_a_running_batch_the_machine_cannot_hold_is_refused_at_start(
+    random_translator: Translator, monkeypatch
+) -> None:
+    """On a machine with 8 MiB free, `--max-running` 4096 texts as long as the model's positions could not
+    decode together: the server refuses to start, naming the largest running batch that fits, which starts."""
+    pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
+    from hf_vanilla_transformer.serving.iteration_scheduler import IterationScheduler
+
+    monkeypatch.setattr(decoding_memory, "free_memory_bytes", lambda device: 8 * 2**20)
+    with pytest.raises(ValueError, match=r"\(--max-running\)") as refusal:
+        IterationScheduler(random_translator, max_running=4096)
+    fitting = int(re.search(r"lower the batch size to (\d+) sentences", str(refusal.value))[1])
+    assert 1 <= fitting < 4096
+    IterationScheduler(random_translator, max_running=fitting)
+    with pytest.raises(ValueError, match=r"\(--max-running\)"):
+        IterationScheduler(random_translator, max_running=fitting + 1)

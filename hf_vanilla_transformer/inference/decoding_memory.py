@@ -115,10 +115,11 @@ def check_beams(config: Any, beams: int) -> None:
 
 def check_batch_fits(
     config: Any, device: torch.device | str, *, batch_size: int, beams: int, source_length: int,
-    output_length: int, n_best: int = 1, scores: bool = False,
+    output_length: int, n_best: int = 1, scores: bool = False, batch_option: str = "--batch-size",
 ) -> None:  # fmt: skip
     """Refuse, in one line saying what to lower, a batch whose beam search (`beam_search_bytes`) needs more
-    than `_USABLE_SHARE` of the memory free on `device` (`free_memory_bytes`)."""
+    than `_USABLE_SHARE` of the memory free on `device` (`free_memory_bytes`). `batch_option` is the
+    command-line option that sets the batch's sentences."""
     shape = dict(source_length=source_length, output_length=output_length, n_best=n_best, scores=scores)
     needed = beam_search_bytes(config, batch_size=batch_size, beams=beams, **shape)
     usable = int(free_memory_bytes(device) * _USABLE_SHARE)
@@ -126,7 +127,7 @@ def check_batch_fits(
         return
     sentences = _largest(lambda size: _fits(config, size, beams, shape, usable), batch_size - 1)
     if sentences:
-        fix = f"lower the batch size to {sentences} sentences or fewer (--batch-size), or the beam"
+        fix = f"lower the batch size to {sentences} sentences or fewer ({batch_option}), or the beam"
     else:
         widest = _largest(lambda width: _fits(config, 1, width, shape, usable), beams - 1)
         fix = (

@@ -34,7 +34,8 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from ..cpu_speedups import FreePositionCacheLayer, eager_cpu, rows_with_free_position
 from ..generation_vanilla_transformer import gnmt_length_penalty, output_length_offset
-from .scoring import end_token_id
+from .decoding_memory import check_batch_fits
+from .scoring import end_token_id, model_positions
 
 # Generation settings whose default the running batch assumes: any other value changes the search, so
 # `unsupported` names it. (Settings that only shape generate()'s return value are not listed.)
@@ -279,8 +280,27 @@ class RunningBeamSearch:
         self._batch: _Batch | None = None
 
     def decoding(self):
-        """The context to enter around `add` and `step` calls (the model's own, for its fixed weights)."""
-        return self.model._decoding_context()
+        """The context to enter around `add` and `step` calls: the model's own, for its fixed weights, with
+        each sentence's attention kept apart from the batch's padding."""
+        return self.model._decoding_context(sentences_apart=True)
+
+    def check_fits(self, sentences: int, batch_option: str) -> None:
+        """Refuse (ValueError, one line naming `batch_option`) a running batch of `sentences` that could
+        not fit in the memory free on the model's device at its largest: every sentence as long as the
+        model's positions allow, each decoding to its output limit."""
+        positions = model_positions(self.model)
+        if positions is None:
+            return
+        max_length, _ = self._stopping_lengths(positions)
+        check_batch_fits(
+            self.model.config,
+            self.model.device,
+            batch_size=sentences,
+            beams=self.num_beams,
+            source_length=positions,
+            output_length=max_length,
+            batch_option=batch_option,
+        )
 
     def __len__(self) -> int:
         """Sentences in the running batch."""
@@ -309,15 +329,17 @@ class RunningBeamSearch:
         model, beams = self.model, self.num_beams
         device = model.device
         width = max(len(ids) for ids in sources)
-        input_ids = torch.full((len(sources), width), self.pad, dtype=torch.long)
-        source_mask = torch.zeros((len(sources), width), dtype=torch.long)
+        source_mask = torch.zeros((len(sources), width), dtype=torch.long, device=device)
+        hidden = torch.zeros((len(sources), width, model.config.d_model), device=device, dtype=model.dtype)
         for row, ids in enumerate(sources):
-            input_ids[row, : len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+            # Each source by itself, as generate() encodes a sentence alone: in a padded batch, the
+            # encoder's attention sums would round differently.
+            input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)
+            encoded = model.get_encoder()(input_ids=input_ids, return_dict=True)
+            hidden[row, : len(ids)] = encoded.last_hidden_state[0]
             source_mask[row, : len(ids)] = 1
-        input_ids, source_mask = input_ids.to(device), source_mask.to(device)
-        encoded = model.get_encoder()(input_ids=input_ids, attention_mask=source_mask, return_dict=True)
         # generate() encodes each sentence once and gives each of its beams a copy.
-        hidden = encoded.last_hidden_state.repeat_interleave(beams, dim=0)
+        hidden = hidden.repeat_interleave(beams, dim=0)
         cross_mask = source_mask.repeat_interleave(beams, dim=0)
         rows = len(sources) * beams
         outputs = model(

@@ -74,7 +74,8 @@ class IterationScheduler(Scheduler):
     """The server's scheduler on the PyTorch engine: the requests' segments decode in one running batch of
     at most `max_running` segments, joining and leaving it between steps (see the module docstring).
     Raises ValueError where the model's generation settings are not the paper's beam search or greedy
-    search (`iteration_batching.unsupported`): `Batcher` serves those."""
+    search (`iteration_batching.unsupported`): `Batcher` serves those; and where `max_running` segments of
+    the model's longest could not fit in memory (`RunningBeamSearch.check_fits`)."""
 
     def __init__(self, translator: Translator, *, max_running: int = 32, max_queue: int = 256):
         if max_running < 1:
@@ -84,6 +85,7 @@ class IterationScheduler(Scheduler):
         self.translator = translator
         self.max_running = max_running
         self._search = RunningBeamSearch(translator.model)
+        self._search.check_fits(max_running, "--max-running")
         self._sources: dict[Item, tuple[list[int], bool]] = {}
 
     def _admit(self) -> list[Item] | None:
