@@ -669,6 +669,13 @@ def test_command_refusals_are_one_line(model_dir: Path, tmp_path: Path) -> None:
                 ],
                 "'a.b' is not an IP address",
             ),
+            (
+                [
+                    *["--model", str(model_dir), "--port", free, "--source-lang", "en"],
+                    *["--target-lang", "de", "--max-segment-tokens", "1"],
+                ],
+                "max_segment_tokens 1: a piece needs room for a token and the end token",
+            ),
         ]
         for args, message in cases:
             result = subprocess.run(
@@ -781,6 +788,41 @@ def test_a_split_paragraphs_sentences_share_batches_with_other_requests(translat
     assert sum(batch["segments"] for batch in batches) == sentences + 1
     assert all(1 < batch["segments"] for batch in batches[:-1])  # sentences decoded together, not one by one
     assert len(batches) < sentences
+
+
+def test_a_long_segment_without_a_sentence_break_is_cut_into_bounded_work_items(
+    translator: Translator,
+) -> None:
+    """Batch scheduling (the exported engines' only one): a text no splitter can split is cut into pieces
+    of at most --max-segment-tokens, each a work item of its own, so a request that arrives meanwhile goes
+    into the very next batch; the text's translation is its pieces' translations by the library, joined."""
+    from hf_vanilla_transformer.inference.long_segments import join_pieces, pieces
+
+    text = " ".join(f"w{index % 16}" for index in range(60))  # one sentence: no break to split at
+
+    def count_tokens(piece: str) -> int:
+        return len(translator.tokenizer(piece)["input_ids"])
+
+    cut = pieces(text, count_tokens, 8)
+    assert len(cut) > 7 and all(count_tokens(piece) <= 8 for piece in cut)
+    with in_process(translator, scheduler="batch", max_segment_tokens=8, max_batch_tokens=16) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(2) as pool:
+            long = pool.submit(post, server.url, "/v1/translate", {"q": text, "n_best": 2})
+            assert server.translator.started.wait(30)  # the text's first pieces decode, held at the gate
+            short = pool.submit(
+                post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"}
+            )
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
+            server.translator.gate.set()
+            assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
+            shown = long.result().json()["results"][0]["translations"]
+        batches = server.stats()["recent_batches"]
+    expected = join_pieces(text, translator.translate_n_best(cut, n_best=2, progress=False))
+    assert [h["text"] for h in shown] == [h.text for h in expected.hypotheses]
+    assert len(shown) == 2 and shown[0]["text"] == " ".join(alone(translator, piece)[0].text for piece in cut)
+    assert batches[1]["requests"] == 2  # the short request went into the batch right after the first
+    assert sum(batch["segments"] for batch in batches) == len(cut) + 1
 
 
 def test_a_paragraph_whose_client_leaves_stops_at_the_next_batch(translator: Translator) -> None:

@@ -19,11 +19,13 @@ import importlib.util
 from ..common.cli import (
     ArgumentParser,
     non_negative_float,
+    non_negative_int,
     positive_float,
     positive_int,
     refusals_in_one_line,
     run_command,
 )
+from ..inference.long_segments import check_max_tokens
 from .engine_options import add_engine_arguments, command_device, command_engine, load_command_translator
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -64,6 +66,14 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
         default=256,
         help="batch scheduling: source tokens a batch holds at most, padding included (its segments times "
         "its longest); on CPUs small batches decode fastest, a GPU takes larger ones",
+    )
+    parser.add_argument(
+        "--max-segment-tokens",
+        type=non_negative_int,
+        default=128,
+        help="batch scheduling: a text (or sentence) of more tokens, which no sentence splitter could split, "
+        "is cut into pieces of at most this many, each a work item of its own, their translations joined, "
+        "so that it cannot hold the worker for long; 0: never cut",
     )
     parser.add_argument(
         "--max-wait-ms",
@@ -193,6 +203,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         recorded = recorded_languages(args.model)
         cors = parse_origins(args.cors) if args.cors is not None else frozenset()
         proxies = parse_forwarded_allow_ips(args.forwarded_allow_ips) if args.forwarded_allow_ips else None
+        if args.max_segment_tokens:
+            check_max_tokens(args.max_segment_tokens)
     if args.proxy_headers != (proxies is not None):
         parser.error(
             "--proxy-headers and --forwarded-allow-ips go together: the first reads X-Forwarded-For, the "
@@ -221,6 +233,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         requests_per_minute=args.requests_per_minute,
         scheduler=args.scheduler,
         max_running=args.max_running,
+        max_segment_tokens=args.max_segment_tokens or None,
     )
     with refusals_in_one_line(parser):
         app = create_app(translator, settings)

@@ -41,7 +41,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..common import text_lines
-from ..inference import sentence_splitting
+from ..inference import long_segments, sentence_splitting
 from ..inference.blank import is_blank
 from ..inference.hypotheses import Translation
 from ..inference.iteration_batching import unsupported
@@ -73,7 +73,9 @@ class ServerSettings:
     batches of at most `max_batch_tokens` source tokens, padding included, each waiting `max_wait_ms` for
     more requests, `Batcher`, with `batching` off to run one request a batch; "auto": iteration where the
     engine and the decoding settings allow it, else batch), `max_queue` requests waiting, the `cors`
-    origins whose pages may call it ("*": any; none: only pages it serves itself), and the
+    origins whose pages may call it ("*": any; none: only pages it serves itself), the
+    `max_segment_tokens` of a work item of batch scheduling (a longer segment is cut into pieces,
+    `long_segments.pieces`; none: never cut), and the
     `requests_per_minute` each client may send to the
     endpoints that translate or detect (none: no limit; see `RequestRate`)."""
 
@@ -89,6 +91,7 @@ class ServerSettings:
     requests_per_minute: int | None = None
     scheduler: str = "auto"
     max_running: int = 32
+    max_segment_tokens: int | None = 128
 
 
 def translator_decode(translator: Translator) -> Decode:
@@ -197,6 +200,8 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     # Requests are measured in tokens on the event loop while the worker tokenizes its batch: each thread
     # has its own tokenizer, as a fast tokenizer's settings are not to be changed by two threads at once.
     counter = copy.deepcopy(translator.tokenizer)
+    if settings.max_segment_tokens is not None:
+        long_segments.check_max_tokens(settings.max_segment_tokens)
     batcher = scheduler_for(translator, settings)
     detector = LanguageDetector.load()
     rate = RequestRate(settings.requests_per_minute) if settings.requests_per_minute else None
@@ -275,10 +280,36 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             return [sentence_splitting.split_sentences(text, settings.source_lang) for text in texts]
         return [[] if is_blank(text) else [text.strip()] for text in texts]
 
+    def count_tokens(text: str) -> int:
+        return len(counter(text, add_special_tokens=True)["input_ids"])
+
+    def work_items(segments: list[str]) -> list[list[str]]:
+        """Each segment's work items: for whole-batch scheduling, a segment of more than
+        `max_segment_tokens` cut into pieces of at most that many (`long_segments.pieces`)."""
+        limit = settings.max_segment_tokens
+        if not isinstance(batcher, Batcher) or not limit:
+            return [[segment] for segment in segments]
+        return [
+            long_segments.pieces(segment, count_tokens, limit) if count_tokens(segment) > limit else [segment]
+            for segment in segments
+        ]
+
     async def translated(request: Request, segments: list[str], options: Options) -> list[Translation]:
-        """`segments` translated in the batches to come, or `ClientGone` once the client goes away."""
+        """`segments` translated in the batches to come, or `ClientGone` once the client goes away; a long
+        segment as its pieces' translations joined (`work_items`)."""
         if not segments:
             return []
+        items = work_items(segments)  # on the event loop, the one thread that uses `counter`
+        translations = iter(await decoded(request, [piece for pieces in items for piece in pieces], options))
+        return [
+            next(translations)
+            if len(pieces) == 1
+            else long_segments.join_pieces(segment, [next(translations) for _ in pieces])
+            for segment, pieces in zip(segments, items)
+        ]
+
+    async def decoded(request: Request, segments: list[str], options: Options) -> list[Translation]:
+        """`segments` translated by the scheduler, or `ClientGone` once the client goes away."""
         lengths = [len(ids) for ids in counter(segments, add_special_tokens=True)["input_ids"]]
         try:
             job = batcher.submit(segments, lengths, options)
