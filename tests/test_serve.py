@@ -169,12 +169,15 @@ def post(
 
 
 class GatedTranslator(Translator):
-    """A translator whose batches wait for `gate` to open: a batch that takes as long as a test needs."""
+    """A translator whose batches wait for `gate` to open: a batch that takes as long as a test needs. It
+    records each batch's segments in `batches`."""
 
     gate: threading.Event
     started: threading.Event
+    batches: list[list[str]]
 
     def translate_n_best(self, sentences, **options):
+        self.batches.append(list(sentences))
         self.started.set()
         self.gate.wait(60)
         return super().translate_n_best(sentences, **options)
@@ -195,6 +198,7 @@ class InProcessServer:
             translator.model, translator.tokenizer, translator.target_tokenizer, translator.engine
         )
         self.translator.gate, self.translator.started = threading.Event(), threading.Event()
+        self.translator.batches = []
         self.translator.gate.set()
         self.app = create_app(self.translator, settings)
         port = free_port()
@@ -823,6 +827,43 @@ def test_a_long_segment_without_a_sentence_break_is_cut_into_bounded_work_items(
     assert len(shown) == 2 and shown[0]["text"] == " ".join(alone(translator, piece)[0].text for piece in cut)
     assert batches[1]["requests"] == 2  # the short request went into the batch right after the first
     assert sum(batch["segments"] for batch in batches) == len(cut) + 1
+
+
+def test_requests_whose_pieces_fill_every_batch_take_turns_and_a_new_one_goes_first(
+    translator: Translator,
+) -> None:
+    """Three long texts, each cut into pieces, two pieces a batch: each request's next piece waits for the
+    others' turns, and a one-sentence request that arrives goes into the next batch with the one request
+    not yet served, not behind the older two's every piece."""
+    from hf_vanilla_transformer.inference.long_segments import pieces
+
+    texts = [" ".join(f"w{(index + shift) % 16}" for index in range(40)) for shift in (1, 2, 3)]
+
+    def count_tokens(piece: str) -> int:
+        return len(translator.tokenizer(piece)["input_ids"])
+
+    cut = [pieces(text, count_tokens, 8) for text in texts]
+    with in_process(translator, scheduler="batch", max_segment_tokens=8, max_batch_tokens=16) as server:
+        server.close_gate()
+        with ThreadPoolExecutor(5) as pool:
+            pool.submit(post, server.url, "/translate", {"q": "w0", "source": "en", "target": "de"})
+            assert server.translator.started.wait(30)  # a first batch decodes, held at the gate
+            longs = []
+            for count, text in enumerate(texts, start=1):
+                longs.append(pool.submit(post, server.url, "/v1/translate", {"q": text}))
+                wait_for(lambda count=count: httpx.get(f"{server.url}/health").json()["queued"] == count)
+            short = pool.submit(
+                post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"}
+            )
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 4)
+            server.translator.gate.set()
+            assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
+            for answer in longs:
+                assert answer.result().status_code == 200
+        batches = server.translator.batches
+    assert batches[1] == [cut[0][0], cut[1][0]]
+    assert batches[2] == [cut[2][0], "w5 w6"]  # the request not yet served, then the new one
+    assert batches[3] == [cut[0][1], cut[1][1]]  # then the two served longest ago
 
 
 def test_a_paragraph_whose_client_leaves_stops_at_the_next_batch(translator: Translator) -> None:

@@ -3,11 +3,12 @@ segment of their own) are translated together, in batches of at most `max_batch_
 (padding included: the batch's segments times its longest), each batch waiting at most `max_wait_s` after
 the oldest waiting request arrived for others to join it.
 
-A batch is filled in rounds: each waiting request, oldest first, gives its next segment, and the rounds go
-on while the batch stays within its token budget. A request of many segments therefore gets a share of each
-batch, not the whole worker: a one-sentence request that arrives while a long one is decoding is in the
-next batch, behind one segment of each older request at most. A request's translations are delivered
-together once its last segment is translated.
+A batch is filled in rounds: each waiting request gives its next segment, the one whose last segment went
+into a batch longest ago first (a new request before all others, then the oldest), and the rounds go on
+while the batch stays within its token budget. A request of many segments therefore gets a share of the
+batches, not the whole worker: a one-sentence request that arrives while long ones are decoding is the
+first of the next batch, and requests whose segments fill a batch each take their turn. A request's
+translations are delivered together once its last segment is translated.
 
 One worker thread owns the model and runs one batch at a time, off the event loop, so the server answers
 other requests (`/health`) while a batch decodes. The queue of waiting requests is bounded: a full queue
@@ -68,6 +69,7 @@ class Job:
     cancelled: bool = False
     dispatched: int = 0
     results: dict[int, Translation] = field(default_factory=dict)
+    served: int = -1  # the number of the last batch that took one of its segments
 
     @property
     def waiting(self) -> int:
@@ -225,18 +227,22 @@ class Batcher(Scheduler):
         self.decode = decode
         self.max_batch_tokens, self.max_wait_s = max_batch_tokens, max_wait_s
         self.batching = batching
+        self._batches_planned = 0
 
     def _plan(self) -> list[Item]:
-        """The segments the next batch would take now, in rounds: each waiting request, oldest first, gives
-        its next segment while the batch keeps within the token budget (its first segment goes in
-        whatever its length). Without batching: every waiting segment of the oldest request."""
+        """The segments the next batch would take now, in rounds: each waiting request gives its next
+        segment, the least recently served first (`Job.served`; the oldest among equals), while the batch
+        keeps within the token budget (its first segment goes in whatever its length). Without batching:
+        every waiting segment of the oldest request."""
         if not self.batching:
             job = self._queue[0]
             return [(job, index) for index in range(job.dispatched, len(job.segments))]
         items: list[Item] = []
         longest = 0
         taken = {job: job.dispatched for job in self._queue}
-        open_jobs = list(self._queue)
+        open_jobs = sorted(
+            self._queue, key=lambda job: job.served
+        )  # a stable sort: oldest first among equals
         while open_jobs:
             still_open = []
             for job in open_jobs:
@@ -270,7 +276,8 @@ class Batcher(Scheduler):
                     break
                 self._condition.wait(left)
             for job, index in plan:
-                job.dispatched = index + 1
+                job.dispatched, job.served = index + 1, self._batches_planned
+            self._batches_planned += 1
             self._queue = deque(job for job in self._queue if job.waiting)
             return plan
 
