@@ -767,6 +767,20 @@ def test_batches_keep_to_the_token_budget(translator: Translator) -> None:
     assert sum(batch["requests"] for batch in batches[1:]) == len(SENTENCES) and len(batches) > 2
 
 
+def beside_a_long_request(server: InProcessServer, translator: Translator, body: dict) -> list[dict]:
+    """Send `body` to /v1/translate and, while its first batch is held at the gate, a one-sentence request,
+    which must be answered with its translation alone; the long request's translations."""
+    server.close_gate()
+    with ThreadPoolExecutor(2) as pool:
+        long = pool.submit(post, server.url, "/v1/translate", body)
+        assert server.translator.started.wait(30)  # the long request's first batch decodes, held at the gate
+        short = pool.submit(post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"})
+        wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
+        server.translator.gate.set()
+        assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
+        return long.result().json()["results"][0]["translations"]
+
+
 def test_a_split_paragraphs_sentences_share_batches_with_other_requests(translator: Translator) -> None:
     """A paragraph's sentences are segments of their own: batched by the token budget like any others, with
     a request that arrives meanwhile in the very next batch, answered while the paragraph goes on."""
@@ -774,17 +788,7 @@ def test_a_split_paragraphs_sentences_share_batches_with_other_requests(translat
     sentences = len(SENTENCES) * 2
     longest = max(len(translator.tokenizer(f"{text}.")["input_ids"]) for text in SENTENCES)
     with in_process(translator, scheduler="batch", max_batch_tokens=3 * longest) as server:
-        server.close_gate()
-        with ThreadPoolExecutor(2) as pool:
-            long = pool.submit(post, server.url, "/v1/translate", {"q": paragraph, "split_sentences": True})
-            assert server.translator.started.wait(30)  # the paragraph's first batch decodes, held at the gate
-            short = pool.submit(
-                post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"}
-            )
-            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
-            server.translator.gate.set()
-            assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
-            shown = long.result().json()["results"][0]["translations"]
+        shown = beside_a_long_request(server, translator, {"q": paragraph, "split_sentences": True})
         expected = translator.translate_n_best([paragraph], split_sentences=True, progress=False)[0]
         assert [h["text"] for h in shown] == [expected.text]
         batches = server.stats()["recent_batches"]
@@ -810,17 +814,7 @@ def test_a_long_segment_without_a_sentence_break_is_cut_into_bounded_work_items(
     cut = pieces(text, count_tokens, 8)
     assert len(cut) > 7 and all(count_tokens(piece) <= 8 for piece in cut)
     with in_process(translator, scheduler="batch", max_segment_tokens=8, max_batch_tokens=16) as server:
-        server.close_gate()
-        with ThreadPoolExecutor(2) as pool:
-            long = pool.submit(post, server.url, "/v1/translate", {"q": text, "n_best": 2})
-            assert server.translator.started.wait(30)  # the text's first pieces decode, held at the gate
-            short = pool.submit(
-                post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"}
-            )
-            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
-            server.translator.gate.set()
-            assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
-            shown = long.result().json()["results"][0]["translations"]
+        shown = beside_a_long_request(server, translator, {"q": text, "n_best": 2})
         batches = server.stats()["recent_batches"]
     expected = join_pieces(text, translator.translate_n_best(cut, n_best=2, progress=False))
     assert [h["text"] for h in shown] == [h.text for h in expected.hypotheses]
