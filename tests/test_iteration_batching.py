@@ -239,6 +239,37 @@ def test_the_running_batch_takes_waiting_requests_in_turn(random_translator: Tra
     assert stats["max_running_segments"] == 1 and stats["segments"] == len(texts)
 
 
+def test_a_new_request_takes_the_next_free_place_before_an_older_paragraphs_next_sentence(
+    random_translator: Translator,
+) -> None:
+    """With room for one text: a paragraph of three sentences starts first; a one-sentence request that
+    arrives while its first sentence decodes goes next, not after the paragraph's other two."""
+    pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
+    from hf_vanilla_transformer.serving.batcher import Options
+    from hf_vanilla_transformer.serving.iteration_scheduler import IterationScheduler
+
+    scheduler = IterationScheduler(random_translator, max_running=1)
+    scheduler.start()
+    paragraph, short = ["w1 w2 w3", "w4 w5", "w6 w7"], "w8"
+    answered = []
+
+    async def both() -> None:
+        first = scheduler.submit(paragraph, [4, 3, 3], Options())
+        while scheduler.stats.steps < 2:
+            await asyncio.sleep(0.001)
+        second = scheduler.submit([short], [2], Options())
+        for job in asyncio.as_completed([first.future, second.future]):
+            answered.append([translation.text for translation in await job])
+
+    try:
+        asyncio.run(asyncio.wait_for(both(), 120))
+    finally:
+        scheduler.close()
+    expected = random_translator.translate([*paragraph, short], progress=False)
+    assert answered == [expected[3:], expected[:3]]  # the short request first, though it came second
+    assert scheduler.stats.segments == 4
+
+
 def test_a_departed_clients_text_leaves_the_running_batch(random_translator: Translator) -> None:
     pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
     from hf_vanilla_transformer.serving.batcher import Options

@@ -69,7 +69,7 @@ class Job:
     cancelled: bool = False
     dispatched: int = 0
     results: dict[int, Translation] = field(default_factory=dict)
-    served: int = -1  # the number of the last batch that took one of its segments
+    served: int = -1  # when the scheduler last took one of its segments: its batch or admission number
 
     @property
     def waiting(self) -> int:

@@ -9,9 +9,10 @@ a 1,000-token text without a sentence break no longer holds a one-sentence reque
 segment's translation is what `translate` gives for it alone: the same search, step for step.
 
 The running batch holds at most `max_running` segments. Waiting requests fill its free places in rounds,
-oldest first, one segment each a round, so a paragraph of many sentences takes its share of the places,
-not all of them. A request whose client goes away has its segments taken out of the running batch at the
-next step, and its waiting ones dropped.
+one segment each a round, the request admitted least recently first (a new one before all others), so a
+paragraph of many sentences takes its share of the places, not all of them, and a request that arrives
+takes the next free place. A request whose client goes away has its segments taken out of the running
+batch at the next step, and its waiting ones dropped.
 """
 
 import logging
@@ -87,11 +88,12 @@ class IterationScheduler(Scheduler):
         self._search = RunningBeamSearch(translator.model)
         self._search.check_fits(max_running, "--max-running")
         self._sources: dict[Item, tuple[list[int], bool]] = {}
+        self._admissions = 0
 
     def _admit(self) -> list[Item] | None:
-        """The waiting segments to start now, in rounds over the waiting requests, oldest first, one segment
-        each a round, while the running batch has room. Waits while nothing decodes and nothing waits;
-        None: closing, and nothing is left."""
+        """The waiting segments to start now, in rounds over the waiting requests, one segment each a round,
+        the least recently admitted first (`Job.served`; the oldest among equals), while the running batch
+        has room. Waits while nothing decodes and nothing waits; None: closing, and nothing is left."""
         with self._condition:
             while True:
                 self._drop_cancelled()
@@ -102,15 +104,16 @@ class IterationScheduler(Scheduler):
                 self._condition.wait()
             room = self.max_running - len(self._search)
             items: list[Item] = []
-            requests = list(self._queue)
+            requests = sorted(self._queue, key=lambda job: job.served)  # stable: oldest first among equals
             while room > 0 and requests:
                 for job in requests:
                     if room == 0:
                         break
                     items.append((job, job.dispatched))
-                    job.dispatched += 1
+                    job.dispatched, job.served = job.dispatched + 1, self._admissions
                     room -= 1
                 requests = [job for job in requests if job.waiting]
+            self._admissions += bool(items)
             self._queue = deque(job for job in self._queue if job.waiting)
             return items
 
