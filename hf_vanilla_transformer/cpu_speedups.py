@@ -149,7 +149,7 @@ _PACKING_ROWS_HINT = 64
 def _decoding_weight(module: nn.Module, weight: torch.Tensor) -> torch.Tensor:
     """The weight in oneDNN's blocked layout within a generate() call, for every product whatever its rows;
     elsewhere the weight itself. With one layout for every row count, a row's product is the same number
-    whatever rows share the step (checked from 1 to 512 rows, on one and two threads, by
+    whatever rows share the step (1 to 257 rows, on one and two threads, checked by
     tests/test_cpu_speedups.py): a sentence decoded beside others in the server's running batch then gets
     the same numbers as decoded alone, where unpacked products of one row (a matrix-vector product) round
     differently from those of two or more."""
