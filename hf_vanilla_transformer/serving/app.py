@@ -280,27 +280,33 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             return [sentence_splitting.split_sentences(text, settings.source_lang) for text in texts]
         return [[] if is_blank(text) else [text.strip()] for text in texts]
 
-    def count_tokens(text: str) -> int:
-        return len(counter(text, add_special_tokens=True)["input_ids"])
+    def count_tokens(texts: list[str]) -> list[int]:
+        return [len(ids) for ids in counter(texts, add_special_tokens=True)["input_ids"]]
 
-    def work_items(segments: list[str]) -> list[list[str]]:
-        """Each segment's work items: for whole-batch scheduling, a segment of more than
-        `max_segment_tokens` cut into pieces of at most that many (`long_segments.pieces`)."""
+    def work_items(segments: list[str], lengths: list[int]) -> list[list[tuple[str, int]]]:
+        """Each segment's work items with their lengths in tokens: for whole-batch scheduling, a segment of
+        more than `max_segment_tokens` cut into pieces of at most that many (`long_segments.pieces`)."""
         limit = settings.max_segment_tokens
         if not isinstance(batcher, Batcher) or not limit:
-            return [[segment] for segment in segments]
-        return [
-            long_segments.pieces(segment, count_tokens, limit) if count_tokens(segment) > limit else [segment]
-            for segment in segments
-        ]
+            return [[item] for item in zip(segments, lengths)]
+        items = []
+        for segment, length in zip(segments, lengths):
+            if length <= limit:
+                items.append([(segment, length)])
+            else:
+                pieces = long_segments.pieces(segment, lambda text: count_tokens([text])[0], limit)
+                items.append(list(zip(pieces, count_tokens(pieces))))
+        return items
 
     async def translated(request: Request, segments: list[str], options: Options) -> list[Translation]:
         """`segments` translated in the batches to come, or `ClientGone` once the client goes away; a long
         segment as its pieces' translations joined (`work_items`)."""
         if not segments:
             return []
-        items = work_items(segments)  # on the event loop, the one thread that uses `counter`
-        translations = iter(await decoded(request, [piece for pieces in items for piece in pieces], options))
+        # On the event loop, the one thread that uses `counter`.
+        items = work_items(segments, count_tokens(segments))
+        flat = [item for pieces in items for item in pieces]
+        translations = iter(await decoded(request, [text for text, _ in flat], [n for _, n in flat], options))
         return [
             next(translations)
             if len(pieces) == 1
@@ -308,9 +314,11 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             for segment, pieces in zip(segments, items)
         ]
 
-    async def decoded(request: Request, segments: list[str], options: Options) -> list[Translation]:
-        """`segments` translated by the scheduler, or `ClientGone` once the client goes away."""
-        lengths = [len(ids) for ids in counter(segments, add_special_tokens=True)["input_ids"]]
+    async def decoded(
+        request: Request, segments: list[str], lengths: list[int], options: Options
+    ) -> list[Translation]:
+        """`segments` (of `lengths` tokens) translated by the scheduler, or `ClientGone` once the client goes
+        away."""
         try:
             job = batcher.submit(segments, lengths, options)
         except QueueFull as error:

@@ -195,6 +195,12 @@ class Scheduler:
             self._condition.notify()
         return job
 
+    def _least_recently_served(self) -> list[Job]:
+        """The waiting requests in the order they are served: the one whose last segment a batch or the
+        running batch took longest ago first (`Job.served`; a new one before all others), the oldest first
+        among equals."""
+        return sorted(self._queue, key=lambda job: job.served)
+
     def cancel(self, job: Job) -> None:
         """The client of `job` went away: its segments not yet decoding are dropped."""
         with self._condition:
@@ -240,9 +246,7 @@ class Batcher(Scheduler):
         items: list[Item] = []
         longest = 0
         taken = {job: job.dispatched for job in self._queue}
-        open_jobs = sorted(
-            self._queue, key=lambda job: job.served
-        )  # a stable sort: oldest first among equals
+        open_jobs = self._least_recently_served()
         while open_jobs:
             still_open = []
             for job in open_jobs:

@@ -104,7 +104,7 @@ class IterationScheduler(Scheduler):
                 self._condition.wait()
             room = self.max_running - len(self._search)
             items: list[Item] = []
-            requests = sorted(self._queue, key=lambda job: job.served)  # stable: oldest first among equals
+            requests = self._least_recently_served()
             while room > 0 and requests:
                 for job in requests:
                     if room == 0:
