@@ -87,7 +87,7 @@ def probe(args: argparse.Namespace) -> dict:
         cache.load()
     compiled = None
     if args.probe != "eager":
-        compiled = CompiledTrainingLoss(0.1, max_length=1024, regional=args.probe != "cold-whole")
+        compiled = CompiledTrainingLoss(0.1, regional=args.probe != "cold-whole")
     autocast = torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16)
     times = []
     with compiled.regions(model) if compiled else nullcontext():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks' check on a CUDA GPU, prepared to run once in at most 8 minutes (BUDGET_S): the GPU's
-# name and the versions, then bench_compile.py, bench_train.py and bench_generate.py with --device cuda,
-# cheapest and most needed first, each under `timeout` and never past the budget, so that one slow step
+# name and the versions, tests/test_cuda.py, then bench_compile.py, bench_train.py and bench_generate.py
+# with --device cuda, cheapest and most needed first, each under `timeout` and never past the budget, so that one slow step
 # cannot eat the others' time; a step that fails or times out is reported and the next one runs. It ends
 # with the targets table (benchmarks/gpu_targets.py), "unmeasured" where a step gave no figure.
 #
@@ -56,6 +56,7 @@ main() {
     step versions 40 "$PYTHON" -c "import platform, torch, transformers, hf_vanilla_transformer
 print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA', torch.version.cuda,
       '| transformers', transformers.__version__, '|', torch.cuda.get_device_name())"
+    step tests 60 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py
     # train --compile's step at base dimensions on bucket shapes that change every step: the cold compile
     # (regional), the warm start from the run folder's cache, and the compiled step against the eager one.
     step compile 150 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64 \

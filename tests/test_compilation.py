@@ -25,6 +25,7 @@ from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.training.compilation import (
     COMPILE_CACHE_FILE,
     REGION_CLASSES,
+    SEQUENCE_MULTIPLE,
     CompileCache,
     CompiledTrainingLoss,
     compiled_regions,
@@ -105,7 +106,7 @@ def test_no_graph_break_and_no_recompilation_over_newstest_length_batches():
     assert any(b["input_ids"].shape[1] != bucket_length(b["input_ids"].shape[1]) for b in unbucketed)
     batches += unbucketed
     model = tiny_model(vocab_size=64, max_position_embeddings=256, pad_token_id=PAD).train()
-    step = CompiledTrainingLoss(0.1, max_length=256, backend="aot_eager")
+    step = CompiledTrainingLoss(0.1, backend="aot_eager")
     with compiled_regions(model):
         for index, batch in enumerate(batches):
             step(model, with_decoder_inputs(model, batch), None).backward()
@@ -117,6 +118,36 @@ def test_no_graph_break_and_no_recompilation_over_newstest_length_batches():
     assert recompiles <= len(shapes), (origin, recompiles, len(shapes))
     # A batch of one pair is the only shape that a dynamic dimension cannot cover.
     assert recompiles <= any(b["input_ids"].shape[0] == 1 for b in batches), (origin, recompiles)
+
+
+class GuardsOnLengthAlignment(torch.nn.Module):
+    """A model whose compiled code holds only for sources of a length that is a multiple of 8 or not, as
+    Inductor's CUDA attention kernels with a padding mask guard theirs: in the end the same logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, **inputs):
+        outputs = self.model(**inputs)
+        aligned = inputs["input_ids"].shape[1] % SEQUENCE_MULTIPLE == 0
+        outputs.logits = outputs.logits + 0.0 if aligned else outputs.logits * 1.0
+        return outputs
+
+
+def test_a_guard_on_the_lengths_compiles_once_per_side_of_it():
+    """A compiled graph that guards on its lengths' alignment (CUDA's attention kernels do) compiles, and
+    batches padded to multiples of `SEQUENCE_MULTIPLE`, as a compiled run pads them, share one graph."""
+    model = GuardsOnLengthAlignment(tiny_model(vocab_size=64, pad_token_id=PAD).train())
+    step = CompiledTrainingLoss(0.1, backend="eager")
+    aligned = [(pairs, length) for pairs, length in ((4, 16), (7, 24), (3, 40), (9, 8))]
+    for pairs, length in aligned:
+        batch = batches_of(([length] * pairs, [length] * pairs), max_tokens=10_000, count=1)[0]
+        step(model, with_decoder_inputs(model.model, batch), None)
+    assert counters["stats"]["unique_graphs"] == 1
+    unaligned = batches_of(([13] * 5, [13] * 5), max_tokens=10_000, count=1, buckets=False)[0]
+    step(model, with_decoder_inputs(model.model, unaligned), None)
+    assert counters["stats"]["unique_graphs"] == 2
 
 
 def test_past_the_recompile_limit_the_step_fails_rather_than_running_eagerly():
@@ -238,11 +269,19 @@ def test_train_compile_shows_the_compile_and_saves_its_cache(corpus, tmp_path, m
     until the first step ends, a line gives that step's time, and the run's folder keeps what was compiled
     when there is any."""
     monkeypatch.setattr(progress, "tqdm", DescribedBar)
-    monkeypatch.setattr(pipeline, "CompiledTrainingLoss", partial(CompiledTrainingLoss, backend="aot_eager"))
+    lengths = []
+
+    class ShapeRecordingLoss(CompiledTrainingLoss):
+        def __call__(self, model, inputs, num_items_in_batch):
+            lengths.extend((inputs["input_ids"].shape[1], inputs["labels"].shape[1]))
+            return super().__call__(model, inputs, num_items_in_batch)
+
+    monkeypatch.setattr(pipeline, "CompiledTrainingLoss", partial(ShapeRecordingLoss, backend="aot_eager"))
     DescribedBar.descriptions = []
     with caplog.at_level("INFO", logger="hf_vanilla_transformer"):
         results = run_training(settings(corpus, tmp_path, compile=True, max_steps=2, save_steps=2))
     assert results["steps"] == 2 and results["train_loss"] > 0
+    assert lengths and all(length % SEQUENCE_MULTIPLE == 0 for length in lengths), lengths
     assert DescribedBar.descriptions[:2] == ["compiling the training step", ""]
     assert "The first step, compiling the training step, took" in caplog.text
     saved = torch.compiler.save_cache_artifacts()

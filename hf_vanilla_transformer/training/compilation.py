@@ -9,10 +9,12 @@
   code a marked forward is the forward itself.
 - Shapes compiled once (`CompiledTrainingLoss`): token-budget batches (Section 5.1) change their number of
   pairs and their lengths at every step, so the batch and length dimensions of every input are declared
-  dynamic (`torch._dynamo.mark_dynamic`, at least 2: sizes 0 and 1 are always specialized) before the
-  first call. One graph then serves every batch; a batch with one pair (or a one-token side) compiles one
-  more. Within training, a step that would recompile past Dynamo's limit raises
-  (`fail_on_recompile_limit_hit`) instead of falling back to eager code without a word.
+  dynamic (`torch._dynamo.maybe_mark_dynamic`; sizes 0 and 1 are always specialized) before the first
+  call. Dynamic, not unconstrained: on CUDA, Inductor's SDPA kernels with a padding mask need lengths
+  that are multiples of 8 (`SEQUENCE_MULTIPLE`) and the graph guards on it, so a compiled run pads its
+  batches to such lengths (as length buckets do). One graph then serves every batch; a batch with one pair
+  (or a one-token side) compiles one more. Within training, a step that would recompile past Dynamo's
+  limit raises (`fail_on_recompile_limit_hit`) instead of falling back to eager code without a word.
 - The loss inside the compiled code: `loss.label_smoothed_cross_entropy` over the logits, in float32, with
   padded positions (label -100) contributing nothing; no host synchronization within the step (no
   `.item()`: the loss stays on the device).
@@ -44,6 +46,9 @@ logger = logging.get_logger(__name__)
 REGION_CLASSES: tuple[type[nn.Module], ...] = (VanillaTransformerEncoderLayer, VanillaTransformerDecoderLayer)
 # The file in a run's folder that holds its compiled code (`CompileCache`).
 COMPILE_CACHE_FILE = "compile_cache.bin"
+# What a compiled run pads its batches' lengths to: SDPA's memory-efficient kernel on CUDA takes a mask
+# whose rows are 8-aligned, Inductor guards the compiled graph on it, and tensor cores want it too.
+SEQUENCE_MULTIPLE = 8
 # The inputs of a training step whose first two dimensions (pairs, tokens) change from batch to batch.
 _BATCH_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask", "labels")
 
@@ -65,22 +70,19 @@ def compiled_regions(model: nn.Module) -> Iterator[None]:
             del layer.forward
 
 
-def mark_batch_dimensions_dynamic(inputs: dict[str, Any], max_length: int | None = None) -> None:
-    """Declares the pairs and tokens dimensions of a batch's tensors dynamic for torch.compile (tokens
-    between 2 and `max_length` where given), so that the first compilation makes code for every batch shape
-    instead of one shape per batch. Dimensions of size 1 are left static: Dynamo specializes sizes 0 and 1
-    whatever it is told."""
+def mark_batch_dimensions_dynamic(inputs: dict[str, Any]) -> None:
+    """Declares the pairs and tokens dimensions of a batch's tensors dynamic for torch.compile, so that the
+    first compilation makes code for every batch shape instead of one shape per batch. The compiler may
+    still guard on them (CUDA's attention kernels on lengths that are multiples of 8, say): such a guard
+    adds a graph for the other side of it, not an error. Dimensions of size 1 are left static: Dynamo
+    specializes sizes 0 and 1 whatever it is told."""
     for key in _BATCH_INPUTS:
         tensor = inputs.get(key)
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
             continue
-        for dim, size in enumerate(tensor.shape):
-            if size < 2:
-                continue
-            if dim == 1 and max_length is not None and max_length >= size:
-                torch._dynamo.mark_dynamic(tensor, dim, min=2, max=max_length)
-            else:  # no bound known: any size from 2 up
-                torch._dynamo.mark_dynamic(tensor, dim)
+        dims = [dim for dim, size in enumerate(tensor.shape) if size >= 2]
+        if dims:
+            torch._dynamo.maybe_mark_dynamic(tensor, dims)
 
 
 def forward_and_loss(
@@ -100,15 +102,8 @@ class CompiledTrainingLoss:
     declared dynamic (`mark_batch_dimensions_dynamic`); the model's layers compiled once per class where
     `regional` (within `regions`)."""
 
-    def __init__(
-        self,
-        epsilon: float,
-        max_length: int | None = None,
-        backend: str = "inductor",
-        regional: bool = True,
-    ) -> None:
+    def __init__(self, epsilon: float, backend: str = "inductor", regional: bool = True) -> None:
         self.epsilon = epsilon
-        self.max_length = max_length
         self.regional = regional
         self.function = torch.compile(forward_and_loss, backend=backend)
 
@@ -120,7 +115,7 @@ class CompiledTrainingLoss:
     def __call__(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None
     ) -> torch.Tensor:
-        mark_batch_dimensions_dynamic(inputs, self.max_length)
+        mark_batch_dimensions_dynamic(inputs)
         if isinstance(num_items_in_batch, int):
             # A Python number would be a constant of the graph: a new one at every batch.
             num_items_in_batch = torch.tensor(num_items_in_batch)

@@ -54,7 +54,7 @@ from .backtranslation import (
     synthetic_special_tokens,
     with_synthetic_pairs,
 )
-from .compilation import CompileCache, CompiledTrainingLoss
+from .compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
 from .legacy import drop_legacy_label_smoothing, with_recorded_label_smoothing
@@ -343,7 +343,7 @@ def _build_trainer(
 
 def _compiled_loss(recipe: TrainingPreset) -> CompiledTrainingLoss | None:
     """The compiled forward and loss of a run with --compile (`compilation`), else None (eager)."""
-    return CompiledTrainingLoss(recipe.label_smoothing, recipe.max_length) if recipe.compile else None
+    return CompiledTrainingLoss(recipe.label_smoothing) if recipe.compile else None
 
 
 def _collator(
@@ -351,8 +351,10 @@ def _collator(
     tokenizer: PreTrainedTokenizerBase,
     model: VanillaTransformerForConditionalGeneration,
 ) -> DataCollatorForSeq2Seq | BucketPadding:
-    """The pairs padded into batches: to each batch's longest, or up to its length's bucket."""
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    """The pairs padded into batches: to each batch's longest (a compiled step's: rounded up to a multiple
+    of `compilation.SEQUENCE_MULTIPLE`), or up to its length's bucket (such multiples already)."""
+    multiple = SEQUENCE_MULTIPLE if recipe.compile else None
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, pad_to_multiple_of=multiple)
     return BucketPadding(collator, tokenizer.pad_token_id) if recipe.length_buckets else collator
 
 
