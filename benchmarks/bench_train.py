@@ -9,7 +9,9 @@
 
 One step = forward with labels, backward, Adam step. Marian's loss is its model's own; ours is the loss
 `train` computes (`loss.label_smoothed_cross_entropy` over the logits, with `--label-smoothing`, 0 by
-default so that both compute the same cross-entropy). `ours-no-speedups` is ours with
+default so that both compute the same cross-entropy). Compiled, Marian is `torch.compile(model)` with its
+loss inside, and ours the step `train --compile` runs (`training.compilation.CompiledTrainingLoss`: forward
+and loss as one compiled function, layers compiled once per class). `ours-no-speedups` is ours with
 `cpu_speedups.ENABLED = False` (eager modes). Each round times every (model, precision, mode)
 variant once, in alternating order; a ratio is the median over rounds of the per-round ratio. Peak memory
 is the growth of resident memory during one more, untimed, step (pass over the batches, with --data) of
@@ -92,6 +94,7 @@ from hf_vanilla_transformer import (
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer  # noqa: E402
 from hf_vanilla_transformer.training import loss as training_loss
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
+from hf_vanilla_transformer.training.compilation import CompiledTrainingLoss, compiled_regions  # noqa: E402
 from hf_vanilla_transformer.training.length_buckets import pad_to_buckets  # noqa: E402
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
 from hf_vanilla_transformer.training.trainer import cpu_bf16_training  # noqa: E402
@@ -255,17 +258,15 @@ class Trainee:
         self.optimizer = optimizer or torch.optim.Adam(
             model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=True if device == "cuda" else None
         )
-        self.compiled: torch.nn.Module | None = None
+        self.compiled: torch.nn.Module | CompiledTrainingLoss | None = None
+        self.regions = ExitStack()
 
     def step(self, batch: dict[str, torch.Tensor], precision: str, compile_: bool) -> float:
-        if compile_ and self.compiled is None:
-            self.compiled = torch.compile(self.model)
-        module = self.compiled if compile_ else self.model
         try:
             lever = chunked_loss_on_every_device() if self.chunked_loss else nullcontext()
             with cpu_speedups_switched(self.cpu_speedups_on), lever:
                 with autocast(precision, self.device):
-                    loss = self.loss(module, batch)
+                    loss = self.compiled_loss(batch) if compile_ else self.loss(self.model, batch)
                 loss.backward()
             self.optimizer.step()
         finally:  # also after a failed step (out of memory), whose gradients would hold on to memory
@@ -279,6 +280,21 @@ class Trainee:
         decoder_input_ids = self.model.prepare_decoder_input_ids_from_labels(batch["labels"])
         logits = module(**inputs, decoder_input_ids=decoder_input_ids, use_cache=False).logits
         return training_loss.label_smoothed_cross_entropy(logits, batch["labels"], self.label_smoothing)
+
+    def compiled_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss through compiled code. Marian's: `torch.compile` of the model, its loss inside. Ours:
+        the step `train --compile` runs (`CompiledTrainingLoss`: the forward and the label-smoothed loss as
+        one function, the layers compiled once per class, batch dimensions dynamic); the layers stay marked
+        for the trainee's life, so that every call finds the same regions."""
+        if self.label_smoothing is None:
+            if self.compiled is None:
+                self.compiled = torch.compile(self.model)
+            return self.compiled(**batch).loss
+        if self.compiled is None:
+            self.compiled = CompiledTrainingLoss(self.label_smoothing)
+            self.regions.enter_context(compiled_regions(self.model))
+        decoder_input_ids = self.model.prepare_decoder_input_ids_from_labels(batch["labels"])
+        return self.compiled(self.model, {**batch, "decoder_input_ids": decoder_input_ids}, None)
 
 
 def bench_variants(

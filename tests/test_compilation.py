@@ -29,6 +29,8 @@ from hf_vanilla_transformer.training.compilation import (
     CompileCache,
     CompiledTrainingLoss,
     compiled_regions,
+    forward_and_loss,
+    with_dynamic_batch_dimensions,
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length, pad_to_buckets
 from hf_vanilla_transformer.training.loss import LabelSmoothedSeq2SeqTrainer, label_smoothed_cross_entropy
@@ -148,6 +150,29 @@ def test_a_guard_on_the_lengths_compiles_once_per_side_of_it():
     unaligned = batches_of(([13] * 5, [13] * 5), max_tokens=10_000, count=1, buckets=False)[0]
     step(model, with_decoder_inputs(model.model, unaligned), None)
     assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_the_training_loss_builds_no_cache_of_keys_and_values():
+    """A teacher-forced training step keeps no decoding cache: building one copies every layer's keys and
+    values (twice more in the backward), for nothing."""
+    model = tiny_model(vocab_size=64, pad_token_id=PAD).train()
+    assert model.config.use_cache
+    caches = []
+    model.register_forward_hook(lambda module, args, output: caches.append(output.cache))
+    batch = batches_of(([9] * 4, [7] * 4), max_tokens=100, count=1)[0]
+    forward_and_loss(model, with_decoder_inputs(model, batch), 0.1, None).backward()
+    assert caches == [None]
+
+
+def test_the_callers_tensors_stay_unmarked():
+    """The dynamic marks go on new tensors over the batch's memory, not on the caller's, which other
+    compiled code (a model compiled beside it) may take with shapes of its own."""
+    batch = batches_of(([9] * 4, [7] * 4), max_tokens=100, count=1)[0]
+    marked = with_dynamic_batch_dimensions(batch)
+    for key, tensor in batch.items():
+        assert marked[key].data_ptr() == tensor.data_ptr() and torch.equal(marked[key], tensor)
+        assert hasattr(marked[key], "_dynamo_weak_dynamic_indices")
+        assert not hasattr(tensor, "_dynamo_weak_dynamic_indices")
 
 
 def test_past_the_recompile_limit_the_step_fails_rather_than_running_eagerly():

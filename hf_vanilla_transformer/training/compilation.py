@@ -70,19 +70,24 @@ def compiled_regions(model: nn.Module) -> Iterator[None]:
             del layer.forward
 
 
-def mark_batch_dimensions_dynamic(inputs: dict[str, Any]) -> None:
-    """Declares the pairs and tokens dimensions of a batch's tensors dynamic for torch.compile, so that the
-    first compilation makes code for every batch shape instead of one shape per batch. The compiler may
-    still guard on them (CUDA's attention kernels on lengths that are multiples of 8, say): such a guard
-    adds a graph for the other side of it, not an error. Dimensions of size 1 are left static: Dynamo
-    specializes sizes 0 and 1 whatever it is told."""
+def with_dynamic_batch_dimensions(inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` with the pairs and tokens dimensions of the batch's tensors declared dynamic for
+    torch.compile, so that the first compilation makes code for every batch shape instead of one shape per
+    batch. The marks go on new tensor objects over the same memory: the caller's tensors, which other
+    compiled code may take, stay unmarked. The compiler may still guard on the dimensions (CUDA's
+    attention kernels on lengths that are multiples of 8, say): such a guard adds a graph for the other
+    side of it, not an error. Dimensions of size 1 are left static: Dynamo specializes sizes 0 and 1
+    whatever it is told."""
+    marked = dict(inputs)
     for key in _BATCH_INPUTS:
         tensor = inputs.get(key)
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
             continue
         dims = [dim for dim, size in enumerate(tensor.shape) if size >= 2]
         if dims:
-            torch._dynamo.maybe_mark_dynamic(tensor, dims)
+            marked[key] = tensor.detach()  # ids, masks and labels: nothing to differentiate
+            torch._dynamo.maybe_mark_dynamic(marked[key], dims)
+    return marked
 
 
 def forward_and_loss(
@@ -90,16 +95,17 @@ def forward_and_loss(
 ) -> torch.Tensor:
     """The training loss of a batch: the model's logits for the decoder inputs, and their label-smoothed
     cross-entropy against the labels (`loss.label_smoothed_cross_entropy`, float32, -100 ignored), summed
-    and divided by `num_items_in_batch` (the accumulated step's labels) or this batch's."""
+    and divided by `num_items_in_batch` (the accumulated step's labels) or this batch's. No cache of keys
+    and values is built: only decoding reads one."""
     labels = inputs["labels"]
-    model_inputs = {key: value for key, value in inputs.items() if key != "labels"}
+    model_inputs = {key: value for key, value in inputs.items() if key != "labels"} | {"use_cache": False}
     logits = model(**model_inputs).logits
     return label_smoothed_cross_entropy(logits, labels.to(logits.device), epsilon, num_items_in_batch)
 
 
 class CompiledTrainingLoss:
     """`forward_and_loss` compiled (`torch.compile` with `backend`), called with every batch's dimensions
-    declared dynamic (`mark_batch_dimensions_dynamic`); the model's layers compiled once per class where
+    declared dynamic (`with_dynamic_batch_dimensions`); the model's layers compiled once per class where
     `regional` (within `regions`)."""
 
     def __init__(self, epsilon: float, backend: str = "inductor", regional: bool = True) -> None:
@@ -115,7 +121,7 @@ class CompiledTrainingLoss:
     def __call__(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None
     ) -> torch.Tensor:
-        mark_batch_dimensions_dynamic(inputs)
+        inputs = with_dynamic_batch_dimensions(inputs)
         if isinstance(num_items_in_batch, int):
             # A Python number would be a constant of the graph: a new one at every batch.
             num_items_in_batch = torch.tensor(num_items_in_batch)
