@@ -14,7 +14,8 @@ first loads the compile cache the cold regional run saved (`training.compilation
 resumed `train --compile` run does. A step is `CompiledTrainingLoss` (forward, label-smoothed loss) and its
 backward on random batches whose number of pairs and lengths change from step to step (the shapes
 `train --length-buckets` makes), then an Adam step; the first step's time is the compile time (it includes
-one step's work, which the eager step's time shows), the median of the next `--steps` the step time.
+one step's work, which the eager step's time shows), the median of the next `--steps` the step time;
+`graphs` counts the graphs Dynamo compiled in the process (1 when no batch recompiled).
 
 `--only padding`: the newstest2013/2014 pairs' lengths (`bench_train.newstest_lengths`, BPE as there), packed
 by `TokenBudgetBatchSampler` into `--max-tokens` batches, and the share of padded positions in them, padded
@@ -111,7 +112,13 @@ def probe(args: argparse.Namespace) -> dict:
             times.append(time.perf_counter() - start)
     if args.probe == "cold-regional":
         cache.save()
-    return {"first_step_s": times[0], "step_s": statistics.median(times[1:]), "loss": float(loss)}
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # more than 1: a batch recompiled
+    return {
+        "first_step_s": times[0],
+        "step_s": statistics.median(times[1:]),
+        "loss": float(loss),
+        "graphs": graphs,
+    }
 
 
 def padding(args: argparse.Namespace) -> dict:

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The benchmarks' check on a CUDA GPU, prepared to run once in at most 8 minutes (BUDGET_S): the GPU's
-# name and the versions, tests/test_cuda.py, then bench_compile.py, bench_train.py and bench_generate.py
-# with --device cuda, cheapest and most needed first, each under `timeout` and never past the budget, so that one slow step
-# cannot eat the others' time; a step that fails or times out is reported and the next one runs. It ends
-# with the targets table (benchmarks/gpu_targets.py), "unmeasured" where a step gave no figure.
+# name and the versions, tests/test_cuda.py, then bench_compile.py, bench_train.py, bench_generate.py and
+# profile_step.py with --device cuda, cheapest and most needed first, each under `timeout` and never past
+# the budget, so that one slow step cannot eat the others' time; a step that fails or times out is
+# reported and the next one runs. It ends with the targets table (benchmarks/gpu_targets.py),
+# "unmeasured" where a step gave no figure.
 #
 #   bash benchmarks/gpu_check.sh          # from anywhere; it runs in the repository root
 #
 # Environment:
-#   OUT        folder for the results: gpu_check.log and one JSON per benchmark, 5 files (default
+#   OUT        folder for the results: gpu_check.log and one JSON per benchmark, 7 files (default
 #              runs/gpu_check)
 #   WMT14_DIR  folder with newstest2013.en/.de and newstest2014.en/.de, relative to the repository root
 #              or absolute (default ../shared/data/wmt14); without them the real-length steps are skipped
@@ -59,13 +60,18 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA
     step tests 60 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py
     # train --compile's step at base dimensions on bucket shapes that change every step: the cold compile
     # (regional), the warm start from the run folder's cache, and the compiled step against the eager one.
-    step compile 150 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64 \
-        --bf16 --steps 5 --only cold-regional warm-regional eager --output "$OUT/compile.json"
-    # Ours against Marian, both torch.compile'd, on the same fixed batches.
-    step train_compile 120 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-compile \
-        --repeats 3 --output "$OUT/train_compile.json"
-    step generate 70 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes bf16 \
+    step compile 170 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64 \
+        --bf16 --steps 3 --only cold-regional warm-regional eager --output "$OUT/compile.json"
+    # Ours (the step train --compile runs) against Marian torch.compile'd, on the same fixed batches.
+    step train_compile 110 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-compile \
+        --repeats 2 --output "$OUT/train_compile.json"
+    step generate 50 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes bf16 \
         --output "$OUT/generate.json"
+    # Where the time of a greedy decoding call and of a compiled training step goes, kernel by kernel.
+    step profile_greedy 40 "$PYTHON" benchmarks/profile_step.py --device cuda --what greedy --batch 64 \
+        --length 64 --bf16 --output "$OUT/profile_greedy.json"
+    step profile_train 100 "$PYTHON" benchmarks/profile_step.py --device cuda --batch 400 --length 64 --bf16 \
+        --output "$OUT/profile_train.json"
     # The base preset on newstest-length batches, eager (its compiled step: the compile step above).
     step train_presets 50 "$PYTHON" benchmarks/bench_train.py --device cuda --data "$WMT14_DIR" \
         --presets base --max-steps 16 --modes bf16-eager --warmup 1 --repeats 2 \
