@@ -19,7 +19,8 @@ one step's work, which the eager step's time shows), the median of the next `--s
 
 `--only padding`: the newstest2013/2014 pairs' lengths (`bench_train.newstest_lengths`, BPE as there), packed
 by `TokenBudgetBatchSampler` into `--max-tokens` batches, and the share of padded positions in them, padded
-to each batch's longest (`train`'s default) and to the length buckets (`train --length-buckets`).
+to each batch's longest (`train`'s default), to the next multiple of 8 (`train --compile`'s, as
+`compilation.SEQUENCE_MULTIPLE` says) and to the length buckets (`train --length-buckets`).
 """
 
 import argparse
@@ -48,7 +49,7 @@ from bench_train import DEFAULT_DATA, NEWSTEST, newstest_lengths  # noqa: E402
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
-from hf_vanilla_transformer.training.compilation import CompileCache, CompiledTrainingLoss
+from hf_vanilla_transformer.training.compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss
 from hf_vanilla_transformer.training.length_buckets import bucket_length
 from hf_vanilla_transformer.training.loss import label_smoothed_cross_entropy
 
@@ -125,14 +126,19 @@ def padding(args: argparse.Namespace) -> dict:
     """The share of padded positions (both sides) in `train`'s batches of the newstest pairs' lengths."""
     src, tgt, _ = newstest_lengths(Path(args.data), args.bpe_vocab)
     src, tgt = src * args.data_copies, tgt * args.data_copies
-    real = padded = bucketed = 0
+    real = padded = multiple = bucketed = 0
     for batch in TokenBudgetBatchSampler(src, tgt, max_tokens=args.max_tokens, seed=0):
         for side in (src, tgt):
             lengths = [side[i] for i in batch]
             real += sum(lengths)
             padded += len(lengths) * max(lengths)
+            multiple += len(lengths) * -(-max(lengths) // SEQUENCE_MULTIPLE) * SEQUENCE_MULTIPLE
             bucketed += len(lengths) * bucket_length(max(lengths))
-    return {"padding_share_longest": 1 - real / padded, "padding_share_buckets": 1 - real / bucketed}
+    return {
+        "padding_share_longest": 1 - real / padded,
+        "padding_share_compiled": 1 - real / multiple,
+        "padding_share_buckets": 1 - real / bucketed,
+    }
 
 
 def run_mode(mode: str, args: argparse.Namespace, cache_folder: str) -> dict:
