@@ -33,7 +33,9 @@ def run(script: str, tmp_path, *extra: str) -> dict:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without a CUDA GPU")
-@pytest.mark.parametrize("script", ["bench_train.py", "bench_generate.py", "bench_compile.py"])
+@pytest.mark.parametrize(
+    "script", ["bench_train.py", "bench_generate.py", "bench_compile.py", "profile_step.py"]
+)
 def test_device_cuda_without_a_gpu_is_a_one_line_error(script):
     completed = subprocess.run(
         [sys.executable, str(SCRIPTS / script), "--device", "cuda"],
@@ -163,7 +165,8 @@ def test_bench_stream_quick_translates_every_line_and_samples_memory(tmp_path):
 
 
 def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longest(tmp_path):
-    """Bucket lengths are never shorter than a batch's longest, so their padding share is never smaller."""
+    """A batch's longest, rounded up to a multiple of 8 (a compiled run's), then to its bucket (a multiple
+    of 8 or more): each pads at least as much as the one before."""
     write_newstest(tmp_path / "wmt14", pairs=100)
     output = tmp_path / "compile.json"
     subprocess.run(
@@ -173,4 +176,23 @@ def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longes
         cwd=REPO_ROOT, env=ENV, check=True, timeout=300,
     )  # fmt: skip
     padding = json.loads(output.read_text())["padding"]
-    assert 0 < padding["padding_share_longest"] < padding["padding_share_buckets"] < 1
+    shares = [padding[f"padding_share_{kind}"] for kind in ("longest", "compiled", "buckets")]
+    assert 0 < shares[0] < shares[1] <= shares[2] < 1, shares
+
+
+def test_profile_step_counts_both_models_kernels(tmp_path):
+    """Greedy decoding of the same weights, profiled: both models run the same products, each a step."""
+    output = tmp_path / "profile.json"
+    subprocess.run(
+        [sys.executable, str(SCRIPTS / "profile_step.py"), "--size", "tiny", "--what", "greedy", "--batch",
+         "2", "--length", "4", "--warmup", "1", "--steps", "1", "--output", str(output)],
+        cwd=REPO_ROOT, env=ENV, check=True, timeout=300,
+    )  # fmt: skip
+    models = json.loads(output.read_text())["models"]
+    for model in ("marian", "ours"):
+        assert models[model]["kernels_per_step"] > 0 and models[model]["device_ms_per_step"] > 0
+    products = [
+        sum(kernel["calls"] for name, kernel in models[model]["kernels"].items() if name == "aten::linear")
+        for model in ("marian", "ours")
+    ]
+    assert products[0] == products[1] > 0, products
