@@ -16,6 +16,10 @@
 #   PYTHON     the interpreter (default python3); hf_vanilla_transformer must import with the PYTHONPATH
 #              given, to which the repository root is appended
 #   BUDGET_S   seconds for the steps (default 460: with the table and nvidia-smi, under 8 minutes)
+#   STEPS      the names of the steps to run, separated by spaces (default: every step). The steps'
+#              limits add up to about 14 minutes (on an H100 the cold compiles take most of it), more than
+#              one call's 8: run "versions tests compile generate" in one call and "train_compile
+#              profile_greedy profile_train train_presets compile_whole" in another.
 #
 # Exit status: 0 when every step passed, 1 otherwise (see the summary at the end of the log).
 
@@ -25,16 +29,20 @@ OUT=${OUT:-runs/gpu_check}
 WMT14_DIR=${WMT14_DIR:-../shared/data/wmt14}
 PYTHON=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-460}
+STEPS=${STEPS:-}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD"
 mkdir -p "$OUT"
 
 failed=()
 
 # step NAME LIMIT_S COMMAND...: COMMAND under `timeout`, for at most LIMIT_S seconds and no longer than
-# the budget has left; skipped when less than 30 seconds are left.
+# the budget has left; skipped when less than 30 seconds are left, and not run when STEPS leaves it out.
 step() {
     local name=$1 limit=$2 start=$SECONDS status
     shift 2
+    if [[ -n $STEPS && " $STEPS " != *" $name "* ]]; then
+        return
+    fi
     local left=$((BUDGET_S - SECONDS))
     if ((left < 30)); then
         echo "=== $name: skipped, ${left}s of the ${BUDGET_S}s budget left"
@@ -59,18 +67,19 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA
       '| transformers', transformers.__version__, '|', torch.cuda.get_device_name())"
     step tests 60 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_cuda.py
     # train --compile's step at base dimensions on bucket shapes that change every step: the cold compile
-    # (regional), the warm start from the run folder's cache, and the compiled step against the eager one.
-    step compile 170 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64 \
-        --bf16 --steps 3 --only cold-regional warm-regional eager --output "$OUT/compile.json"
+    # (regional), the warm start from the run folder's cache, and the compiled step against the eager one
+    # (5 timed steps: the last three repeat shapes already run, so the median is not a first run).
+    step compile 240 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64 \
+        --bf16 --steps 5 --only cold-regional warm-regional eager --output "$OUT/compile.json"
     # Ours (the step train --compile runs) against Marian torch.compile'd, on the same fixed batches.
-    step train_compile 110 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-compile \
+    step train_compile 200 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-compile \
         --repeats 2 --output "$OUT/train_compile.json"
     step generate 50 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes bf16 \
         --output "$OUT/generate.json"
     # Where the time of a greedy decoding call and of a compiled training step goes, kernel by kernel.
-    step profile_greedy 40 "$PYTHON" benchmarks/profile_step.py --device cuda --what greedy --batch 64 \
+    step profile_greedy 70 "$PYTHON" benchmarks/profile_step.py --device cuda --what greedy --batch 64 \
         --length 64 --bf16 --output "$OUT/profile_greedy.json"
-    step profile_train 100 "$PYTHON" benchmarks/profile_step.py --device cuda --batch 400 --length 64 --bf16 \
+    step profile_train 150 "$PYTHON" benchmarks/profile_step.py --device cuda --batch 400 --length 64 --bf16 \
         --output "$OUT/profile_train.json"
     # The base preset on newstest-length batches, eager (its compiled step: the compile step above).
     step train_presets 50 "$PYTHON" benchmarks/bench_train.py --device cuda --data "$WMT14_DIR" \
