@@ -7,6 +7,7 @@ Timings are not asserted: they mean nothing on a shared test machine at tiny dim
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -196,3 +197,26 @@ def test_profile_step_counts_both_models_kernels(tmp_path):
         for model in ("marian", "ours")
     ]
     assert products[0] == products[1] > 0, products
+
+
+def test_gpu_check_runs_the_chosen_steps_each_under_its_limit(tmp_path):
+    """`gpu_check.sh` with STEPS runs those steps only, each under `timeout` with its own limit cut to the
+    budget left, and goes on past a step that fails (an interpreter that records its calls stands in)."""
+    calls = tmp_path / "calls.txt"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *bench_generate*) exit 3;; esac\n')
+    python.chmod(0o755)
+    env = {**ENV, "PYTHON": str(python), "OUT": str(tmp_path / "out"), "STEPS": "tests generate compile"}
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_check.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    ran = calls.read_text().splitlines()
+    assert [line.split()[0] for line in ran[:3]] == [
+        "-m",
+        "benchmarks/bench_compile.py",
+        "benchmarks/bench_generate.py",
+    ]
+    assert ran[3] == f"benchmarks/gpu_targets.py {tmp_path / 'out'}"
+    assert re.search(r"=== compile: at \d+s, limit 240s", done.stdout), done.stdout
+    assert "failed or skipped: generate (exit 3)" in done.stdout and done.returncode == 1
+    assert (tmp_path / "out" / "gpu_check.log").read_text() == done.stdout
