@@ -49,9 +49,13 @@ from bench_train import DEFAULT_DATA, NEWSTEST, newstest_lengths  # noqa: E402
 
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
-from hf_vanilla_transformer.training.compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss
+from hf_vanilla_transformer.training.compilation import (
+    SEQUENCE_MULTIPLE,
+    CompileCache,
+    CompiledTrainingLoss,
+    forward_and_loss,
+)
 from hf_vanilla_transformer.training.length_buckets import bucket_length
-from hf_vanilla_transformer.training.loss import label_smoothed_cross_entropy
 
 MODES = ("cold-regional", "warm-regional", "eager", "cold-whole")
 PAD = 1
@@ -101,8 +105,7 @@ def probe(args: argparse.Namespace) -> dict:
             start = time.perf_counter()
             with autocast:
                 if compiled is None:
-                    logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
-                    loss = label_smoothed_cross_entropy(logits, inputs["labels"], 0.1)
+                    loss = forward_and_loss(model, inputs, 0.1, None)
                 else:
                     loss = compiled(model, inputs, None)
             loss.backward()

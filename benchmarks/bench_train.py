@@ -94,7 +94,11 @@ from hf_vanilla_transformer import (
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer  # noqa: E402
 from hf_vanilla_transformer.training import loss as training_loss
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
-from hf_vanilla_transformer.training.compilation import CompiledTrainingLoss, compiled_regions  # noqa: E402
+from hf_vanilla_transformer.training.compilation import (  # noqa: E402
+    CompiledTrainingLoss,
+    compiled_regions,
+    forward_and_loss,
+)
 from hf_vanilla_transformer.training.length_buckets import pad_to_buckets  # noqa: E402
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
 from hf_vanilla_transformer.training.trainer import cpu_bf16_training  # noqa: E402
@@ -266,20 +270,24 @@ class Trainee:
             lever = chunked_loss_on_every_device() if self.chunked_loss else nullcontext()
             with cpu_speedups_switched(self.cpu_speedups_on), lever:
                 with autocast(precision, self.device):
-                    loss = self.compiled_loss(batch) if compile_ else self.loss(self.model, batch)
+                    loss = self.compiled_loss(batch) if compile_ else self.loss(batch)
                 loss.backward()
             self.optimizer.step()
         finally:  # also after a failed step (out of memory), whose gradients would hold on to memory
             self.optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
-    def loss(self, module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def teacher_forced(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`batch` with the decoder inputs `train`'s data collator makes from the labels."""
+        return {
+            **batch,
+            "decoder_input_ids": self.model.prepare_decoder_input_ids_from_labels(batch["labels"]),
+        }
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.label_smoothing is None:
-            return module(**batch).loss
-        inputs = {key: value for key, value in batch.items() if key != "labels"}
-        decoder_input_ids = self.model.prepare_decoder_input_ids_from_labels(batch["labels"])
-        logits = module(**inputs, decoder_input_ids=decoder_input_ids, use_cache=False).logits
-        return training_loss.label_smoothed_cross_entropy(logits, batch["labels"], self.label_smoothing)
+            return self.model(**batch).loss
+        return forward_and_loss(self.model, self.teacher_forced(batch), self.label_smoothing, None)
 
     def compiled_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The loss through compiled code. Marian's: `torch.compile` of the model, its loss inside. Ours:
@@ -293,8 +301,7 @@ class Trainee:
         if self.compiled is None:
             self.compiled = CompiledTrainingLoss(self.label_smoothing)
             self.regions.enter_context(compiled_regions(self.model))
-        decoder_input_ids = self.model.prepare_decoder_input_ids_from_labels(batch["labels"])
-        return self.compiled(self.model, {**batch, "decoder_input_ids": decoder_input_ids}, None)
+        return self.compiled(self.model, self.teacher_forced(batch), None)
 
 
 def bench_variants(
