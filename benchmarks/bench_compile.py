@@ -1,6 +1,6 @@
 """What compiling the training step costs and gives: cold compile time with the layers compiled once per class
-(regional) against the whole model inlined into one graph, a warm start from the run folder's compile cache,
-the compiled step's speed against the eager step, and the padding of `train`'s batches with and without
+(regional) against the whole model inlined into one graph, warm starts (on the same machine, and on another
+from the run folder's compile cache), the compiled step's speed against the eager step, and the padding of `train`'s batches with and without
 length buckets.
 
     python benchmarks/bench_compile.py                     # cpu-demo dimensions, every measurement
@@ -9,9 +9,12 @@ length buckets.
     python benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64
 
 Each compile measurement runs in a process of its own with an empty `TORCHINDUCTOR_CACHE_DIR` (cold), so
-that nothing compiled before is found; "warm" is a fresh process with another empty cache directory that
-first loads the compile cache the cold regional run saved (`training.compilation.CompileCache`), as a
-resumed `train --compile` run does. A step is `CompiledTrainingLoss` (forward, label-smoothed loss) and its
+that nothing compiled before is found. Two warm starts follow the cold regional run, each in a fresh
+process: "warm-machine" keeps the cold run's `TORCHINDUCTOR_CACHE_DIR`, as a second run or a resumed one on
+the same machine finds torch's own cache; "warm-run-folder" gets another empty cache directory and first
+loads the compile cache the cold regional run saved in its folder (`training.compilation.CompileCache`), as
+a run resumed on another machine does (on a CPU its C++ kernels are compiled again: torch's saved cache
+holds their source, not the built libraries). A step is `CompiledTrainingLoss` (forward, label-smoothed loss) and its
 backward on random batches whose number of pairs and lengths change from step to step (the shapes
 `train --length-buckets` makes), then an Adam step; the first step's time is the compile time (it includes
 one step's work, which the eager step's time shows), the median of the next `--steps` the step time;
@@ -57,7 +60,9 @@ from hf_vanilla_transformer.training.compilation import (
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length
 
-MODES = ("cold-regional", "warm-regional", "eager", "cold-whole")
+MODES = ("cold-regional", "warm-machine", "warm-run-folder", "eager", "cold-whole")
+# The modes that run in the cold regional run's Inductor cache directory, kept for them.
+SAME_MACHINE = ("cold-regional", "warm-machine")
 PAD = 1
 
 
@@ -89,7 +94,7 @@ def probe(args: argparse.Namespace) -> dict:
     model = VanillaTransformerForConditionalGeneration(config).to(args.device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=args.device == "cuda" or None)
     cache = CompileCache(args.cache_folder)
-    if args.probe == "warm-regional":
+    if args.probe == "warm-run-folder":
         cache.load()
     compiled = None
     if args.probe != "eager":
@@ -144,12 +149,14 @@ def padding(args: argparse.Namespace) -> dict:
     }
 
 
-def run_mode(mode: str, args: argparse.Namespace, cache_folder: str) -> dict:
-    """`probe` of `mode` in a child process with an empty Inductor cache directory of its own."""
-    with tempfile.TemporaryDirectory() as inductor_cache:
+def run_mode(mode: str, args: argparse.Namespace, cache_folder: str, machine_cache: str) -> dict:
+    """`probe` of `mode` in a child process, with `machine_cache` as its Inductor cache directory for the
+    `SAME_MACHINE` modes, else an empty one of its own."""
+    with tempfile.TemporaryDirectory() as empty_cache:
         command = [sys.executable, __file__, "--probe", mode, "--cache-folder", cache_folder]
         command += ["--size", args.size, "--batch", str(args.batch), "--length", str(args.length)]
         command += ["--steps", str(args.steps), "--device", args.device] + (["--bf16"] if args.bf16 else [])
+        inductor_cache = machine_cache if mode in SAME_MACHINE else empty_cache
         environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
         started = time.perf_counter()
         done = subprocess.run(command, env=environment, capture_output=True, text=True)
@@ -182,9 +189,10 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
 
     result: dict = {"machine": machine_line(), "args": vars(args), "modes": {}}
-    with tempfile.TemporaryDirectory() as run_folder:  # where the cold regional run leaves its cache
+    # Where the cold regional run leaves its compile cache, and torch's own cache of that machine.
+    with tempfile.TemporaryDirectory() as run_folder, tempfile.TemporaryDirectory() as machine_cache:
         for mode in (m for m in MODES if m in args.only):
-            result["modes"][mode] = run_mode(mode, args, run_folder)
+            result["modes"][mode] = run_mode(mode, args, run_folder, machine_cache)
             print(f"  {mode}: {result['modes'][mode]}", file=sys.stderr)
             write_result(result, args.output)  # each mode's figures kept, should a later one be cut off
     rows = [
