@@ -1,28 +1,28 @@
 """What compiling the training step costs and gives: cold compile time with the layers compiled once per class
 (regional) against the whole model inlined into one graph, warm starts (on the same machine, and on another
-from the run folder's compile cache), the compiled step's speed against the eager step, and the padding of `train`'s batches with and without
-length buckets.
+from the run folder's compile cache), the compiled step's speed against the eager step, and the padding of
+`train`'s batches with and without length buckets.
 
     python benchmarks/bench_compile.py                     # cpu-demo dimensions, every measurement
     python benchmarks/bench_compile.py --size base --steps 3
     python benchmarks/bench_compile.py --only padding      # seconds: no model
     python benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64
 
-Each compile measurement runs in a process of its own with an empty `TORCHINDUCTOR_CACHE_DIR` (cold), so
-that nothing compiled before is found. Two warm starts follow the cold regional run, each in a fresh
-process: "warm-machine" keeps the cold run's `TORCHINDUCTOR_CACHE_DIR`, as a second run or a resumed one on
-the same machine finds torch's own cache; "warm-run-folder" gets another empty cache directory and first
-loads the compile cache the cold regional run saved in its folder (`training.compilation.CompileCache`), as
-a run resumed on another machine does (on a CPU its C++ kernels are compiled again: torch's saved cache
-holds their source, not the built libraries). A step is `CompiledTrainingLoss` (forward, label-smoothed loss) and its
-backward on random batches whose number of pairs and lengths change from step to step (the shapes
-`train --length-buckets` makes), then an Adam step; the first step's time is the compile time (it includes
-one step's work, which the eager step's time shows), the median of the next `--steps` the step time;
-`graphs` counts the graphs Dynamo compiled in the process (1 when no batch recompiled).
+Each compile measurement runs in a process of its own with an empty `TORCHINDUCTOR_CACHE_DIR` (cold), so that
+nothing compiled before is found. Two warm starts follow the cold regional run, each in a fresh process:
+"warm-machine" keeps the cold run's `TORCHINDUCTOR_CACHE_DIR`, as a second run or a resumed one on the same
+machine finds torch's own cache; "warm-run-folder" gets another empty cache directory and first loads the
+compile cache the cold regional run saved in its folder (`training.compilation.CompileCache`), as a run
+resumed on another machine does (on a CPU its C++ kernels are compiled again: torch's saved cache holds their
+source, not the built libraries). A step is `CompiledTrainingLoss` (forward, label-smoothed loss) and its
+backward on random batches whose number of pairs and lengths change from step to step (the shapes `train
+--length-buckets` makes), then an Adam step; the first step's time is the compile time (it includes one step's
+work, which the eager step's time shows), the median of the next `--steps` the step time; `graphs` counts the
+graphs Dynamo compiled in the process (1 when no batch recompiled).
 
 `--only padding`: the newstest2013/2014 pairs' lengths (`bench_train.newstest_lengths`, BPE as there), packed
-by `TokenBudgetBatchSampler` into `--max-tokens` batches, and the share of padded positions in them, padded
-to each batch's longest (`train`'s default), to the next multiple of 8 (`train --compile`'s, as
+by `TokenBudgetBatchSampler` into `--max-tokens` batches, and the share of padded positions in them, padded to
+each batch's longest (`train`'s default), to the next multiple of 8 (`train --compile`'s, as
 `compilation.SEQUENCE_MULTIPLE` says) and to the length buckets (`train --length-buckets`).
 """
 
