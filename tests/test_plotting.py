@@ -1,6 +1,7 @@
 """The figures: positional encodings, the learning-rate schedule and attention heatmaps."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,19 +152,21 @@ def test_figures_command_draws_a_translation_models_alignment(tokenizer, tmp_pat
     assert (out / "translation_alignment.png").stat().st_size > MIN_PNG_BYTES
 
 
+def write_trainer_state(run: Path, step: int, history: list[dict]) -> None:
+    """A checkpoint of `run` at `step` whose trainer state logged `history`, as the Trainer writes it."""
+    folder = run / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+
+
 def test_training_curves_plot_the_newest_checkpoints_log(tmp_path):
     run = tmp_path / "run"
-
-    def write_state(step: int, history: list[dict]) -> None:
-        folder = run / f"checkpoint-{step}"
-        folder.mkdir(parents=True)
-        (folder / "trainer_state.json").write_text(json.dumps({"log_history": history}))
-
     older = [{"step": 5, "loss": 9.0}, {"step": 10, "eval_loss": 8.5}]
     newest = [*older, {"step": 15, "loss": 7.0}, {"step": 20, "loss": 6.5}, {"step": 20, "eval_loss": 6.9}]
-    write_state(10, older)
-    write_state(20, newest)  # "checkpoint-20" sorts before "checkpoint-5" as text: order must be numeric
-    write_state(5, older[:1])
+    write_trainer_state(run, 10, older)
+    # "checkpoint-20" sorts before "checkpoint-5" as text: order must be numeric
+    write_trainer_state(run, 20, newest)
+    write_trainer_state(run, 5, older[:1])
     (run / "model").mkdir()
     (run / "model" / "results.json").write_text(json.dumps({"steps": 20, "dev_loss": 6.7}))
 
@@ -179,6 +182,47 @@ def test_training_curves_plot_the_newest_checkpoints_log(tmp_path):
     assert path.stat().st_size > MIN_PNG_BYTES
     with pytest.raises(FileNotFoundError, match="is it a vanilla-transformer train run"):
         plotting.plot_training_curves(tmp_path / "empty")
+
+
+def test_compared_runs_share_one_axes_and_their_differences_from_the_first_are_drawn(tmp_path):
+    eager = [{"step": 10, "loss": 9.0}, {"step": 20, "loss": 8.0}, {"step": 20, "eval_loss": 8.4}]
+    compiled = [{"step": 10, "loss": 9.25}, {"step": 20, "loss": 7.5}, {"step": 30, "loss": 7.0}]
+    write_trainer_state(tmp_path / "eager", 20, eager)
+    write_trainer_state(tmp_path / "compiled", 30, compiled)
+
+    path = tmp_path / "compared.png"
+    figure, series = plotting.plot_training_losses_compared(
+        [tmp_path / "eager", tmp_path / "compiled"], path=path
+    )
+    assert series == {"eager": [(10, 9.0), (20, 8.0)], "compiled": [(10, 9.25), (20, 7.5), (30, 7.0)]}
+    losses, differences = figure.axes
+    drawn = {line.get_label(): list(zip(line.get_xdata(), line.get_ydata())) for line in losses.lines}
+    assert drawn == series
+    difference = next(line for line in differences.lines if line.get_label() == "compiled - eager")
+    assert list(zip(difference.get_xdata(), difference.get_ydata())) == [(10, 0.25), (20, -0.5)]
+    assert path.stat().st_size > MIN_PNG_BYTES
+
+    # Runs in folders of the same name are told apart by their whole paths.
+    write_trainer_state(tmp_path / "a" / "run", 20, eager)
+    write_trainer_state(tmp_path / "b" / "run", 20, eager)
+    _, series = plotting.plot_training_losses_compared([tmp_path / "a" / "run", tmp_path / "b" / "run"])
+    assert list(series) == [str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run")]
+
+
+def test_figures_command_compares_runs_and_refuses_a_comparison_of_one(tmp_path, capsys):
+    for name in ("eager", "compiled"):
+        write_trainer_state(tmp_path / name, 10, [{"step": 10, "loss": 9.0}])
+    out = tmp_path / "figures"
+    runs = [str(tmp_path / "eager"), str(tmp_path / "compiled")]
+    figures_command().main(["--out", str(out), "--run", *runs, "--compare", "compiled_against_eager"])
+    assert (out / "compiled_against_eager.png").stat().st_size > MIN_PNG_BYTES
+    assert (out / "eager_training.png").is_file() and (out / "compiled_training.png").is_file()
+
+    with pytest.raises(SystemExit) as refused:
+        figures_command().main(["--out", str(out), "--run", runs[0], "--compare", "alone"])
+    assert refused.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--compare draws two or more runs on one figure; --run gave 1" in error
 
 
 def test_chatbot_curves_plot_the_logged_loss_and_every_epochs_evaluation(tmp_path):

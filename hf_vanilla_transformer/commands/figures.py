@@ -1,10 +1,12 @@
 """Draw the figures of docs/figures/: positional encodings, the learning-rate schedule, given a trained
 chatbot (`vanilla-transformer chatbot train`) its attention for one question and its training curves
 (`chatbot_training.png`, when its checkpoints are there), and given runs of
-`vanilla-transformer train` their training curves. Needs the `plots` extra (matplotlib).
+`vanilla-transformer train` their training curves, and with `--compare` their training losses on one figure.
+Needs the `plots` extra (matplotlib).
 
     vanilla-transformer figures --model runs/chatbot_ko --question "영화 볼래?" --out docs/figures
     vanilla-transformer figures --run runs/multi30k --out docs/figures   # writes multi30k_training.png
+    vanilla-transformer figures --run runs/eager runs/compiled --compare compiled_against_eager
     vanilla-transformer figures --translation-model runs/demo/model --out docs/figures  # the alignment
 """
 
@@ -23,6 +25,7 @@ from ..figures.plotting import (
     plot_learning_rate,
     plot_positional_encoding,
     plot_training_curves,
+    plot_training_losses_compared,
 )
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..training.chatbot import load_chatbot, preprocess_sentence
@@ -50,6 +53,11 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     parser.add_argument(
         "--run", type=Path, nargs="*", default=[], help="output folders of `vanilla-transformer train` runs"
     )
+    parser.add_argument(
+        "--compare",
+        metavar="NAME",
+        help="with two or more --run folders: also NAME.png, their training losses on one figure",
+    )
     parser.add_argument("--d-model", type=positive_int, default=256, help="d_model of the schedule figure")
     parser.add_argument(
         "--warmup-steps", type=positive_int, default=4000, help="warm-up of the schedule figure"
@@ -69,6 +77,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     ]
     if missing:
         parser.error(f"no such folder: {', '.join(missing)}; give the folders of trained runs.")
+    if args.compare is not None and len(args.run) < 2:
+        parser.error(f"--compare draws two or more runs on one figure; --run gave {len(args.run)}.")
 
     written = [args.out / "positional_encoding.png", args.out / "learning_rate.png"]
     plot_positional_encoding(50, 128, path=written[0])
@@ -97,6 +107,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     for run in args.run:
         written.append(args.out / f"{run.name}_training.png")
         plot_training_curves(run, path=written[-1])
+    if args.compare is not None:
+        written.append(args.out / f"{args.compare}.png")
+        plot_training_losses_compared(args.run, path=written[-1])
     for path in written:
         print(f"Wrote {path}")
 

@@ -4,6 +4,8 @@
   tutorial draws it).
 - `plot_learning_rate`: the schedule of Section 5.3, Eq. 3, over 200,000 steps.
 - `plot_training_curves`: training and dev loss of a `vanilla-transformer train` run, from its trainer state.
+- `plot_training_losses_compared`: the training losses of several such runs on one axes (eager against
+  `--compile`, say), with each one's difference from the first.
 - `attention_maps` / `plot_attention`: the weights of Eq. 1 for one input, per layer and head, for the three
   uses of attention of Section 3.2.3 (encoder self-attention, masked decoder self-attention and
   encoder-decoder attention), with the tokens on the axes.
@@ -19,6 +21,7 @@ attention axes show token ids, with a warning, instead of empty boxes.
 import functools
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,6 +211,44 @@ def plot_training_curves(run_dir: str | Path, path: str | Path | None = None) ->
     axes.set_ylabel("Label-smoothed cross-entropy")
     axes.set_title(f"Training curves of {Path(run_dir).name}")
     axes.legend()
+    if path is not None:
+        save_figure(figure, path)
+    return figure, series
+
+
+def plot_training_losses_compared(
+    run_dirs: Sequence[str | Path], path: str | Path | None = None
+) -> tuple[Figure, dict[str, list[tuple[int, float]]]]:
+    """The training losses of several `vanilla-transformer train` runs (each from its newest checkpoint's
+    `trainer_state.json`), one line a run named by its folder, on one axes; below, each later run's loss
+    minus the first run's at the steps both logged, where runs meant to train alike (eager and compiled,
+    say) show how far apart they are. Returns the figure and each run's (step, loss) points."""
+    names = [Path(run).name for run in run_dirs]
+    if len(set(names)) < len(names):  # runs/a/model and runs/b/model: tell them apart by their whole paths
+        names = [str(run) for run in run_dirs]
+    series = {
+        name: [
+            (entry["step"], entry["loss"])
+            for entry in _newest_log_history(run, "vanilla-transformer train")
+            if "loss" in entry
+        ]
+        for name, run in zip(names, run_dirs)
+    }
+    figure = Figure(figsize=(8, 6))
+    losses, differences = figure.subplots(2, 1, sharex=True, height_ratios=(2, 1))
+    for name, points in series.items():
+        losses.plot(*zip(*points), label=name)
+    first = dict(series[names[0]])
+    for name in names[1:]:
+        common = [(step, loss - first[step]) for step, loss in series[name] if step in first]
+        differences.plot(*zip(*common), label=f"{name} - {names[0]}")
+    differences.axhline(0.0, color="grey", linewidth=0.8)
+    losses.set_ylabel("Label-smoothed cross-entropy")
+    losses.set_title("Training loss of " + ", ".join(names))
+    losses.legend()
+    differences.set_xlabel("Train step")
+    differences.set_ylabel("Difference")
+    differences.legend()
     if path is not None:
         save_figure(figure, path)
     return figure, series
