@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 from conftest import tiny_model
-from transformers import AutoModelForSeq2SeqLM
+from transformers import AutoModelForSeq2SeqLM, CompileConfig
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, sinusoidal_position_encoding
 
@@ -308,6 +308,28 @@ def test_static_cache_equals_dynamic(num_beams):
     dynamic = model.generate(input_ids=src, **kwargs)
     static = model.generate(input_ids=src, cache_implementation="static", **kwargs)
     assert torch.equal(dynamic, static)
+
+
+def test_generate_compiles_the_static_cache_decoding_step_in_one_graph_with_the_same_tokens():
+    """On a GPU, generate() with a static cache compiles the decoding step with fullgraph=True (CUDA
+    graphs): the same path, forced on the CPU with a backend that compiles nothing, must trace the step
+    without a graph break and decode the dynamic cache's tokens."""
+    torch._dynamo.reset()
+    model = tiny_model(seed=2)
+    src, _ = random_batch()
+    mask = torch.ones_like(src)
+    mask[1, 5:] = 0
+    kwargs = dict(attention_mask=mask, max_new_tokens=10, min_new_tokens=10, do_sample=False)
+    expected = model.generate(input_ids=src, **kwargs)
+    compile_config = CompileConfig(fullgraph=True, backend="aot_eager", dynamic=False)
+    compile_config._compile_all_devices = True  # transformers' switch for compiling off CUDA
+    torch._dynamo.utils.counters.clear()
+    compiled = model.generate(
+        input_ids=src, cache_implementation="static", compile_config=compile_config, **kwargs
+    )
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the compiled step ran
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert torch.equal(compiled, expected)
 
 
 def test_beam_search_options():
