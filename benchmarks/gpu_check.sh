@@ -17,9 +17,10 @@
 #              given, to which the repository root is appended
 #   BUDGET_S   seconds for the steps (default 460: with the table and nvidia-smi, under 8 minutes)
 #   STEPS      the names of the steps to run, separated by spaces (default: every step). The steps'
-#              limits add up to about 14 minutes (on an H100 the cold compiles take most of it), more than
-#              one call's 8: run "versions tests compile generate" in one call and "train_compile
-#              profile_greedy profile_train train_presets compile_whole" in another.
+#              limits add up to about 16 minutes (on an H100 the cold compiles take most of it), more than
+#              one call's 8: run "versions tests compile generate" in one call and "generate_static
+#              train_compile profile_greedy train_presets" in another; "profile_train compile_whole" in a
+#              third where the lease allows.
 #
 # Exit status: 0 when every step passed, 1 otherwise (see the summary at the end of the log).
 
@@ -77,6 +78,10 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA
         --repeats 2 --output "$OUT/train_compile.json"
     step generate 50 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes bf16 \
         --output "$OUT/generate.json"
+    # generate() with a static cache, whose decoding step transformers compiles on a GPU (CUDA graphs), for
+    # both models: greedy only (beam search does not compile it).
+    step generate_static 120 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes bf16 \
+        --searches greedy --cache static --output "$OUT/generate_static.json"
     # Where the time of a greedy decoding call and of a compiled training step goes, kernel by kernel.
     step profile_greedy 70 "$PYTHON" benchmarks/profile_step.py --device cuda --what greedy --batch 64 \
         --length 64 --bf16 --output "$OUT/profile_greedy.json"
