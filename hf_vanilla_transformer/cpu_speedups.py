@@ -57,11 +57,13 @@ _ONEDNN_FLOAT32_LINEAR = onednn_float32_linear_pays(cpu_features())
 
 
 def eager_cpu(tensor: torch.Tensor) -> bool:
-    """A tensor on the CPU outside torch.compile's tracing and torch.func's transforms, with speed-ups on."""
+    """A tensor on the CPU outside torch.compile's tracing and torch.func's transforms, with speed-ups on.
+    Asked of every product of a decoding step, so the cheapest test, and the one that settles it on a GPU,
+    comes first."""
     return (
-        ENABLED
+        tensor.is_cpu
+        and ENABLED
         and not is_torchdynamo_compiling()
-        and tensor.device.type == "cpu"
         and not torch._C._are_functorch_transforms_active()
     )
 
@@ -205,7 +207,7 @@ class CPULinear(nn.Linear):
             _ONEDNN_FLOAT32_LINEAR
             and eager_cpu(x)
             and x.dtype == weight.dtype == torch.float32
-            and weight.device.type == "cpu"
+            and weight.is_cpu
             and not torch.is_autocast_enabled("cpu")
             and not torch.overrides.has_torch_function((x, weight) if bias is None else (x, weight, bias))
         ):
