@@ -17,7 +17,7 @@ import torch
 from conftest import tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from hf_vanilla_transformer.commands import COMMANDS, command_module
+from hf_vanilla_transformer.commands import COMMANDS, command_module, main
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.commands.translate import main as translate_main
 from hf_vanilla_transformer.common.cli import ArgumentParser, may_write, refusals_in_one_line
@@ -47,6 +47,20 @@ def run_subcommand(
         env=env,
         timeout=300,
     )
+
+
+def run_in_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str, *args: str
+) -> tuple[int | None, str, str]:
+    """`vanilla-transformer NAME ARGS` run through `main` in this process, with an empty standard input:
+    its exit status (None: success), standard output and standard error."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    try:
+        status = main([name, *args])
+    except SystemExit as exited:
+        status = exited.code
+    output = capsys.readouterr()
+    return status, output.out, output.err
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +355,16 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
-def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_exit_status_2(
+    case: str,
+    model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through `main`, in this process: the refusals of an output this user may not write (below) run every
+    subcommand but push as a command of its own, and test_push_without_a_hub_to_reach_ends_in_one_line
+    push, each with exit status 2 and one line on standard error."""
     name, args, named = BAD_INPUTS[case]
     (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
     (tmp_path / "latin1.en").write_bytes("A déjà vu.\n".encode("latin-1"))
@@ -364,11 +387,13 @@ def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp
     (tmp_path / "blank.en").write_text("\n \n\n", encoding="utf-8")
     replacements["BAD_GENERATION_CONFIG"] = str(tmp_path / "bad_generation_config")
     replacements["BLANK_FILE"] = str(tmp_path / "blank.en")
-    result = run_subcommand(name, *[replacements.get(arg, arg) for arg in args])
-    assert result.returncode == 2, result.stderr
-    assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith(f"vanilla-transformer {name}: error: ") and named in result.stderr
-    assert "Traceback" not in result.stderr
+    status, _, error = run_in_process(
+        capsys, monkeypatch, name, *[replacements.get(arg, arg) for arg in args]
+    )
+    assert status == 2, error
+    assert len(error.splitlines()) == 1, error
+    assert error.startswith(f"vanilla-transformer {name}: error: ") and named in error
+    assert "Traceback" not in error
 
 
 # Root may write anywhere: setpriv (util-linux) takes away its capabilities to override file permissions, so
