@@ -185,11 +185,27 @@ def _cli(*args: str, stdin: str | bytes = "") -> subprocess.CompletedProcess:
     )
 
 
-def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer):
+def _cli_in_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str, stdin: str = ""
+) -> tuple[int | None, str, str]:
+    """`vanilla-transformer translate ARGS` run through `main` with `stdin` as its standard input: its exit
+    status (None: success), standard output and standard error. `_cli` runs it in a process of its own."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    try:
+        status = main(["translate", *args])
+    except SystemExit as exited:
+        status = exited.code
+    output = capsys.readouterr()
+    return status, output.out, output.err
+
+
+def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer, capsys, monkeypatch):
     text = "\n".join(SENTENCES) + "\n"
-    tsv = _cli("--model", str(model_dir), "--n-best", "2", stdin=text)
-    assert tsv.returncode == 0, tsv.stderr.decode()
-    rows = [line.split(" ||| ") for line in tsv.stdout.decode().splitlines()]
+    status, tsv, error = _cli_in_process(
+        capsys, monkeypatch, "--model", str(model_dir), "--n-best", "2", stdin=text
+    )
+    assert status is None, error
+    rows = [line.split(" ||| ") for line in tsv.splitlines()]
     expected = translate_n_best(model, tokenizer, SENTENCES, n_best=2, progress=False)
     written = [(int(r[0]), r[1], float(r[2] or "nan"), float(r[3] or "nan")) for r in rows]
     wanted = [
@@ -206,26 +222,23 @@ def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer
                 pytest.approx(wanted_score, abs=1e-5),
                 pytest.approx(wanted_log_prob),
             )
-    jsonl = _cli("--model", str(model_dir), "--n-best", "2", "--output-format", "jsonl", stdin=text)
-    objects = [json.loads(line) for line in jsonl.stdout.decode().splitlines()]
+    status, jsonl, error = _cli_in_process(
+        capsys,
+        monkeypatch,
+        "--model",
+        str(model_dir),
+        "--n-best",
+        "2",
+        "--output-format",
+        "jsonl",
+        stdin=text,
+    )
+    assert status is None, error
+    objects = [json.loads(line) for line in jsonl.splitlines()]
     assert len(objects) == len(SENTENCES)
     for obj, translation in zip(objects, expected):
         assert [h["text"] for h in obj["translations"]] == [h.text for h in translation.hypotheses]
         assert set(obj["translations"][0]) >= {"text", "score", "log_prob", "tokens"}
-
-
-def _cli_in_process(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str, stdin: str = ""
-) -> tuple[int | None, str, str]:
-    """`vanilla-transformer translate ARGS` run through `main` with `stdin` as its standard input: its exit
-    status (None: success), standard output and standard error. `_cli` runs it in a process of its own."""
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    try:
-        status = main(["translate", *args])
-    except SystemExit as exited:
-        status = exited.code
-    output = capsys.readouterr()
-    return status, output.out, output.err
 
 
 def test_cli_refuses_contradictions_in_one_line(model_dir, capsys, monkeypatch):
