@@ -17,7 +17,7 @@ import torch
 from conftest import tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from hf_vanilla_transformer.commands import COMMANDS, command_module
+from hf_vanilla_transformer.commands import COMMANDS, command_module, main
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.commands.translate import main as translate_main
 from hf_vanilla_transformer.common.cli import ArgumentParser, may_write, refusals_in_one_line
@@ -33,20 +33,36 @@ FORCED_WORD = "dog"
 FORCED_LENGTH = 3
 
 
-def run_subcommand(
-    name: str, *args: str, stdin: str = "", launcher: tuple[str, ...] = ()
-) -> subprocess.CompletedProcess:
-    """`python -m hf_vanilla_transformer NAME ARGS`, started through `launcher` (a command that runs the
-    rest) if given."""
+def run_subcommand(name: str, *args: str, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`python -m hf_vanilla_transformer NAME ARGS` with an empty standard input, started through
+    `launcher` (a command that runs the rest) if given."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run(
         [*launcher, sys.executable, "-m", "hf_vanilla_transformer", name, *args],
-        input=stdin,
+        input="",
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
+
+
+def run_in_process(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    *args: str,
+    stdin: str = "",
+) -> tuple[int | None, str, str]:
+    """`vanilla-transformer NAME ARGS` run through `main` in this process, with `stdin` as its standard
+    input: its exit status (None: success), standard output and standard error."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    try:
+        status = main([name, *args])
+    except SystemExit as exited:
+        status = exited.code
+    output = capsys.readouterr()
+    return status, output.out, output.err
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +357,16 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
-def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_exit_status_2(
+    case: str,
+    model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through `main`, in this process: the refusals of an output this user may not write (below) run every
+    subcommand but push as a command of its own, and test_push_without_a_hub_to_reach_ends_in_one_line
+    push, each with exit status 2 and one line on standard error."""
     name, args, named = BAD_INPUTS[case]
     (tmp_path / "dev.en").write_text("A dog runs.\n", encoding="utf-8")
     (tmp_path / "latin1.en").write_bytes("A déjà vu.\n".encode("latin-1"))
@@ -364,11 +389,13 @@ def test_bad_input_is_one_line_and_exit_status_2(case: str, model_dir: Path, tmp
     (tmp_path / "blank.en").write_text("\n \n\n", encoding="utf-8")
     replacements["BAD_GENERATION_CONFIG"] = str(tmp_path / "bad_generation_config")
     replacements["BLANK_FILE"] = str(tmp_path / "blank.en")
-    result = run_subcommand(name, *[replacements.get(arg, arg) for arg in args])
-    assert result.returncode == 2, result.stderr
-    assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith(f"vanilla-transformer {name}: error: ") and named in result.stderr
-    assert "Traceback" not in result.stderr
+    status, _, error = run_in_process(
+        capsys, monkeypatch, name, *[replacements.get(arg, arg) for arg in args]
+    )
+    assert status == 2, error
+    assert len(error.splitlines()) == 1, error
+    assert error.startswith(f"vanilla-transformer {name}: error: ") and named in error
+    assert "Traceback" not in error
 
 
 # Root may write anywhere: setpriv (util-linux) takes away its capabilities to override file permissions, so
@@ -482,12 +509,16 @@ def test_a_new_folder_may_be_written_where_its_nearest_existing_folder_may(tmp_p
     assert not may_write(tmp_path / "file" / "model")  # a file is no folder to create anything in
 
 
-def test_translate_gives_an_empty_line_for_an_empty_line(model_dir: Path) -> None:
-    result = run_subcommand("translate", "--model", str(model_dir), stdin="A dog runs.\n\nTwo men.\n")
-    assert result.returncode == 0, result.stderr
+def test_translate_gives_an_empty_line_for_an_empty_line(
+    model_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status, output, error = run_in_process(
+        capsys, monkeypatch, "translate", "--model", str(model_dir), stdin="A dog runs.\n\nTwo men.\n"
+    )
+    assert status is None, error
     forced = forced_translation(model_dir)
     assert forced.strip()
-    assert result.stdout.split("\n") == [forced, "", forced, ""]
+    assert output.split("\n") == [forced, "", forced, ""]
 
 
 def test_translate_leaves_the_callers_standard_streams_open(
@@ -559,13 +590,17 @@ def test_only_the_packages_own_refusals_become_one_line_errors(tmp_path, capsys)
         raise ValueError("from elsewhere")
 
 
-def test_a_refused_training_run_leaves_no_recipe_behind(tmp_path: Path) -> None:
+def test_a_refused_training_run_leaves_no_recipe_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for side in ("en", "de"):
         (tmp_path / f"tiny.{side}").write_text("A dog runs.\nTwo men.\n", encoding="utf-8")
     output = tmp_path / "run"
     args = ["--train", str(tmp_path / "tiny"), "--dev", "none", "--test", "none", "--output-dir", str(output)]
-    result = run_subcommand("train", *args, "--init-from", str(tmp_path / "no-such-model"))
-    assert result.returncode == 2 and "no such folder" in result.stderr, result.stderr
+    status, _, error = run_in_process(
+        capsys, monkeypatch, "train", *args, "--init-from", str(tmp_path / "no-such-model")
+    )
+    assert status == 2 and "no such folder" in error, error
     assert not (output / "training_recipe.json").exists()
 
 

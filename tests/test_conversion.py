@@ -99,16 +99,18 @@ def test_marian_cli_round_trip(tmp_path):
     assert torch.equal(ours.generate(input_ids=src, **kwargs), marian.generate(input_ids=src, **kwargs))
 
 
-def test_a_forced_conversion_drops_what_described_the_earlier_model(tmp_path):
+def test_a_forced_conversion_drops_what_described_the_earlier_model(tmp_path, capsys):
+    """Through `main`, in this process; test_marian_cli_round_trip runs the command in a process."""
     random_marian().save_pretrained(tmp_path / "marian")
     earlier = tmp_path / "out"
     earlier.mkdir()
     results = earlier / RESULTS_FILE
     results.write_text('{"bleu": 37.0}')
-    refused = run_script("--from", "marian", "--src", tmp_path / "marian", "--out", earlier)
-    assert refused.returncode == 2 and results.is_file()
-    forced = run_script("--from", "marian", "--src", tmp_path / "marian", "--out", earlier, "--force")
-    assert forced.returncode == 0, forced.stderr
+    convert = ["--from", "marian", "--src", str(tmp_path / "marian"), "--out", str(earlier)]
+    with pytest.raises(SystemExit) as refused:
+        script_main()(convert)
+    assert refused.value.code == 2 and results.is_file(), capsys.readouterr().err
+    assert script_main()([*convert, "--force"]) == 0
     assert (earlier / "config.json").is_file() and not results.exists()
 
 

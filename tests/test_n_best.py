@@ -2,6 +2,7 @@
 `vanilla-transformer translate`: each checked against generate()'s own sequences and beam scores, the
 paper's length penalty, pysbd's sentence count, or the same model decoding one input at a time."""
 
+import io
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
+from hf_vanilla_transformer.commands import main
 from hf_vanilla_transformer.commands import translate as translate_command
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
@@ -183,11 +185,27 @@ def _cli(*args: str, stdin: str | bytes = "") -> subprocess.CompletedProcess:
     )
 
 
-def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer):
+def _cli_in_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str, stdin: str = ""
+) -> tuple[int | None, str, str]:
+    """`vanilla-transformer translate ARGS` run through `main` with `stdin` as its standard input: its exit
+    status (None: success), standard output and standard error. `_cli` runs it in a process of its own."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    try:
+        status = main(["translate", *args])
+    except SystemExit as exited:
+        status = exited.code
+    output = capsys.readouterr()
+    return status, output.out, output.err
+
+
+def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer, capsys, monkeypatch):
     text = "\n".join(SENTENCES) + "\n"
-    tsv = _cli("--model", str(model_dir), "--n-best", "2", stdin=text)
-    assert tsv.returncode == 0, tsv.stderr.decode()
-    rows = [line.split(" ||| ") for line in tsv.stdout.decode().splitlines()]
+    status, tsv, error = _cli_in_process(
+        capsys, monkeypatch, "--model", str(model_dir), "--n-best", "2", stdin=text
+    )
+    assert status is None, error
+    rows = [line.split(" ||| ") for line in tsv.splitlines()]
     expected = translate_n_best(model, tokenizer, SENTENCES, n_best=2, progress=False)
     written = [(int(r[0]), r[1], float(r[2] or "nan"), float(r[3] or "nan")) for r in rows]
     wanted = [
@@ -204,15 +222,27 @@ def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer
                 pytest.approx(wanted_score, abs=1e-5),
                 pytest.approx(wanted_log_prob),
             )
-    jsonl = _cli("--model", str(model_dir), "--n-best", "2", "--output-format", "jsonl", stdin=text)
-    objects = [json.loads(line) for line in jsonl.stdout.decode().splitlines()]
+    status, jsonl, error = _cli_in_process(
+        capsys,
+        monkeypatch,
+        "--model",
+        str(model_dir),
+        "--n-best",
+        "2",
+        "--output-format",
+        "jsonl",
+        stdin=text,
+    )
+    assert status is None, error
+    objects = [json.loads(line) for line in jsonl.splitlines()]
     assert len(objects) == len(SENTENCES)
     for obj, translation in zip(objects, expected):
         assert [h["text"] for h in obj["translations"]] == [h.text for h in translation.hypotheses]
         assert set(obj["translations"][0]) >= {"text", "score", "log_prob", "tokens"}
 
 
-def test_cli_refuses_contradictions_in_one_line(model_dir, tmp_path):
+def test_cli_refuses_contradictions_in_one_line(model_dir, capsys, monkeypatch):
+    """Through `main`; test_cli_names_the_line_that_is_not_utf8 meets exit status 2 in a process."""
     cases = {
         ("--n-best", "5"): "n_best 5 is more than the 4 hypotheses",
         ("--n-best", "2", "--output-format", "text"): "text has one translation a line",
@@ -220,10 +250,11 @@ def test_cli_refuses_contradictions_in_one_line(model_dir, tmp_path):
         ("--output", "/proc/version"): "--output /proc/version: cannot write there",
     }
     for flags, message in cases.items():
-        result = _cli("--model", str(model_dir), *flags, stdin="a dog runs\n")
-        stderr = result.stderr.decode().strip().splitlines()
-        assert result.returncode == 2, (flags, result.stderr.decode())
-        assert message in stderr[-1] and "Traceback" not in result.stderr.decode(), (flags, stderr)
+        status, _, error = _cli_in_process(
+            capsys, monkeypatch, "--model", str(model_dir), *flags, stdin="a dog runs\n"
+        )
+        assert status == 2, (flags, error)
+        assert message in error.strip().splitlines()[-1] and "Traceback" not in error, (flags, error)
 
 
 def test_cli_names_the_line_that_is_not_utf8(model_dir, tmp_path):
@@ -236,13 +267,16 @@ def test_cli_names_the_line_that_is_not_utf8(model_dir, tmp_path):
     assert len(piped.stdout.decode().splitlines()) == 2  # the lines before it were translated and written
 
 
-def test_cli_sampling_is_seeded(model_dir):
+def test_cli_sampling_is_seeded(model_dir, capsys, monkeypatch):
     text = "\n".join(SENTENCES * 3) + "\n"
     runs = [
-        _cli("--model", str(model_dir), "--sampling-topk", "0", "--seed", seed, stdin=text) for seed in "112"
+        _cli_in_process(
+            capsys, monkeypatch, "--model", str(model_dir), "--sampling-topk", "0", "--seed", seed, stdin=text
+        )
+        for seed in "112"
     ]
-    assert runs[0].returncode == 0, runs[0].stderr.decode()
-    assert runs[0].stdout == runs[1].stdout != runs[2].stdout
+    assert runs[0][0] is None, runs[0][2]
+    assert runs[0][1] == runs[1][1] != runs[2][1]
 
 
 def test_cli_translates_a_file_chunk_by_chunk_as_it_does_whole(model_dir, tmp_path, monkeypatch, capsys):

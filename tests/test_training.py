@@ -1,6 +1,7 @@
 """The training script end to end on a tiny model: train, checkpoints, averaging, translate, BLEU;
 kill-and-resume equivalence; bad input."""
 
+import io
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups
+from hf_vanilla_transformer.commands import main
 from hf_vanilla_transformer.evaluation.metrics import corpus_bleu
 from hf_vanilla_transformer.evaluation.tuning import DEFAULT_LENGTH_PENALTIES
 from hf_vanilla_transformer.inference.translation import translate
@@ -71,12 +73,28 @@ def run_subcommand(name: str, *args: str, **kwargs) -> subprocess.CompletedProce
     )
 
 
+def run_in_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *argv: str, stdin: str = ""
+) -> tuple[int | None, str, str]:
+    """`vanilla-transformer ARGV` run through `main` with `stdin` as its standard input: its exit status
+    (None: success), standard output and standard error. `run_subcommand` runs it in a process of its own."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    try:
+        status = main(list(argv))
+    except SystemExit as exited:
+        status = exited.code
+    output = capsys.readouterr()
+    return status, output.out, output.err
+
+
 def losses(trainer_state: Path) -> dict[int, float]:
     history = json.loads(trainer_state.read_text())["log_history"]
     return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
 
 
-def test_train_average_translate_and_score(corpus, tmp_path):
+def test_train_average_translate_and_score(corpus, tmp_path, capsys, monkeypatch):
+    """Training runs as the console's `python -m` runs it, in a process of its own; the commands that use
+    its model run through `main`, in this one."""
     out = tmp_path / "run"
     result = run_subcommand(
         "train", "--output-dir", str(out), "--preset", "cpu-demo", *data_flags(corpus), *TINY,
@@ -100,31 +118,43 @@ def test_train_average_translate_and_score(corpus, tmp_path):
     assert isinstance(model, VanillaTransformerForConditionalGeneration)
     assert model.generation_config.length_penalty_type == "gnmt" and model.generation_config.num_beams == 4
 
-    translated = run_subcommand(
-        "translate", "--model", str(out / "model"), input="A dog runs.\nTwo men talk.\n"
+    two_lines = "A dog runs.\nTwo men talk.\n"
+    status, translated, error = run_in_process(
+        capsys, monkeypatch, "translate", "--model", str(out / "model"), stdin=two_lines
     )
-    assert translated.returncode == 0, translated.stderr[-2000:]
-    assert len(translated.stdout.split("\n")) == 3  # two lines and the final newline
-    quantized = run_subcommand(
-        "translate", "--model", str(out / "model"), "--int8", input="A dog runs.\nTwo men talk.\n"
+    assert status is None, error[-2000:]
+    assert len(translated.split("\n")) == 3  # two lines and the final newline
+    status, quantized, error = run_in_process(
+        capsys, monkeypatch, "translate", "--model", str(out / "model"), "--int8", stdin=two_lines
     )
-    assert quantized.returncode == 0, quantized.stderr[-2000:]
-    assert len(quantized.stdout.split("\n")) == 3
+    assert status is None, error[-2000:]
+    assert len(quantized.split("\n")) == 3
 
     hyp = tmp_path / "hyp.de"
-    run_subcommand(
-        "translate", "--model", str(out / "model"), "--input", str(corpus / "val.en"), "--output", str(hyp)
-    )
-    scored = run_subcommand(
-        "evaluate", "--hypotheses", str(hyp), "--references", str(corpus / "val.de"), "--json"
-    )
-    assert scored.returncode == 0, scored.stderr[-2000:]
-    assert 0 <= json.loads(scored.stdout)["bleu"]["score"] <= 100
+    status, _, error = run_in_process(
+        capsys, monkeypatch, "translate", "--model", str(out / "model"), "--input", str(corpus / "val.en"),
+        "--output", str(hyp),
+    )  # fmt: skip
+    assert status is None, error[-2000:]
+    status, scored, error = run_in_process(
+        capsys, monkeypatch, "evaluate", "--hypotheses", str(hyp), "--references", str(corpus / "val.de"),
+        "--json",
+    )  # fmt: skip
+    assert status is None, error[-2000:]
+    assert 0 <= json.loads(scored)["bleu"]["score"] <= 100
 
-    averaged = run_subcommand(
-        "average", "--run-dir", str(out), "--last", "2", "--output", str(tmp_path / "avg")
+    status, _, error = run_in_process(
+        capsys,
+        monkeypatch,
+        "average",
+        "--run-dir",
+        str(out),
+        "--last",
+        "2",
+        "--output",
+        str(tmp_path / "avg"),
     )
-    assert averaged.returncode == 0, averaged.stderr[-2000:]
+    assert status is None, error[-2000:]
     two_last = [load_file(out / f"checkpoint-{step}" / "model.safetensors") for step in (4, 6)]
     mean = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg").state_dict()
     for key in two_last[0]:
@@ -172,24 +202,27 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, r
         assert actual[step] == pytest.approx(expected[step], rel=1e-5), step
 
 
-def test_resume_refuses_a_different_model_or_recipe(corpus, tmp_path):
+def test_resume_refuses_a_different_model_or_recipe(corpus, tmp_path, capsys, monkeypatch):
+    """Through `main`; test_killed_and_resumed_run_matches_an_uninterrupted_one meets the refusal of a
+    folder of checkpoints, exit status 2, in a process of its own."""
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "2", "--save-steps", "2",
              "--test", "none", "--dev", "none"]  # fmt: skip
-    assert run_subcommand("train", "--output-dir", str(tmp_path), *flags).returncode == 0
+    status, _, error = run_in_process(capsys, monkeypatch, "train", "--output-dir", str(tmp_path), *flags)
+    assert status is None, error[-3000:]
     resume = ["train", "--output-dir", str(tmp_path), *flags, "--resume"]
-    changed = run_subcommand(*resume, "--model-override", "d_ff=128")
-    assert changed.returncode == 2 and "Traceback" not in changed.stderr
-    assert "encoder_ffn_dim: 64 in the checkpoint, 128 now" in changed.stderr
+    status, _, changed = run_in_process(capsys, monkeypatch, *resume, "--model-override", "d_ff=128")
+    assert status == 2 and "Traceback" not in changed
+    assert "encoder_ffn_dim: 64 in the checkpoint, 128 now" in changed
     # Another preset or warm-up would carry on with other batches and another schedule.
-    other_preset = run_subcommand(*resume, "--preset", "cpu")
-    assert other_preset.returncode == 2 and "Traceback" not in other_preset.stderr
-    assert "preset: 'cpu-demo' in the run, 'cpu' now" in other_preset.stderr
-    assert "--preset cpu-demo" in other_preset.stderr
-    other_warmup = run_subcommand(*resume, "--warmup-steps", "6")
-    assert other_warmup.returncode != 0 and "warmup_steps: 5 in the run, 6 now" in other_warmup.stderr
+    status, _, other_preset = run_in_process(capsys, monkeypatch, *resume, "--preset", "cpu")
+    assert status == 2 and "Traceback" not in other_preset
+    assert "preset: 'cpu-demo' in the run, 'cpu' now" in other_preset
+    assert "--preset cpu-demo" in other_preset
+    status, _, other_warmup = run_in_process(capsys, monkeypatch, *resume, "--warmup-steps", "6")
+    assert status not in (None, 0) and "warmup_steps: 5 in the run, 6 now" in other_warmup
     # Going on for longer is what resuming is for.
-    longer = run_subcommand(*resume, "--max-steps", "3")
-    assert longer.returncode == 0, longer.stderr[-3000:]
+    status, _, error = run_in_process(capsys, monkeypatch, *resume, "--max-steps", "3")
+    assert status is None, error[-3000:]
     assert json.loads((tmp_path / "model" / "results.json").read_text())["steps"] == 3
 
 
