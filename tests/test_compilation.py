@@ -30,6 +30,7 @@ from hf_vanilla_transformer.training.compilation import (
     CompiledTrainingLoss,
     compiled_regions,
     forward_and_loss,
+    regional_compilation_pays,
     with_dynamic_batch_dimensions,
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length, pad_to_buckets
@@ -186,6 +187,18 @@ def test_past_the_recompile_limit_the_step_fails_rather_than_running_eagerly():
             step(model, with_decoder_inputs(model, batch), None)
 
 
+@pytest.mark.parametrize("layers, regional", [(3, False), (5, False), (6, True), (8, True)])
+def test_layers_are_compiled_once_per_class_in_deep_stacks_only(layers, regional):
+    """Regional compilation where it was measured to compile faster (6 layers a stack), the whole model
+    inlined below; a choice given to CompiledTrainingLoss overrides the rule."""
+    model = tiny_model(N=layers)
+    assert regional_compilation_pays(model) is regional
+    for choice, marked in ((None, regional), (True, True), (False, False)):
+        with CompiledTrainingLoss(0.1, backend="eager", regional=choice).regions(model):
+            assert all(("forward" in vars(layer)) is marked for layer in model.model.encoder.layers)
+            assert all(("forward" in vars(layer)) is marked for layer in model.model.decoder.layers)
+
+
 def test_regions_are_marked_while_training_only():
     model = tiny_model()
     layers = [module for module in model.modules() if isinstance(module, REGION_CLASSES)]
@@ -251,7 +264,8 @@ def test_a_compiled_trainer_trains_as_an_eager_one(tmp_path):
             eval_dataset=dataset.select(range(8)),
             data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
             label_smoothing=0.1,
-            compiled_loss=CompiledTrainingLoss(0.1, backend="aot_eager") if compiled else None,
+            # Regional, as the paper's deeper models are compiled: the layers marked within training.
+            compiled_loss=CompiledTrainingLoss(0.1, backend="aot_eager", regional=True) if compiled else None,
         )
         trainer.train()
         history = trainer.state.log_history

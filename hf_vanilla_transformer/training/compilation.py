@@ -6,7 +6,8 @@
   (`torch.compiler.nested_compile_region`): Dynamo traces one layer of each stack and stamps the compiled
   code out over the other N - 1. The mark is put on each layer instance's own `forward` for the length of
   training only, and taken off after; the classes, torch and transformers are left as they are. In eager
-  code a marked forward is the forward itself.
+  code a marked forward is the forward itself. It pays for deep stacks only (`regional_compilation_pays`):
+  a region's subgraph is compiled on its own, which costs more than inlining a few layers.
 - Shapes compiled once (`CompiledTrainingLoss`): token-budget batches (Section 5.1) change their number of
   pairs and their lengths at every step, so the batch and length dimensions of every input are declared
   dynamic (`torch._dynamo.maybe_mark_dynamic`; sizes 0 and 1 are always specialized) before the first
@@ -44,6 +45,10 @@ logger = logging.get_logger(__name__)
 
 # The repeated blocks of Section 3.1: each class is traced and compiled once per stack shape.
 REGION_CLASSES: tuple[type[nn.Module], ...] = (VanillaTransformerEncoderLayer, VanillaTransformerDecoderLayer)
+# The layers a stack needs for regional compilation to compile faster than the whole model inlined: on a
+# 2-core Zen 3 CPU the cold compile of the training step took 83-91 s regional against 105-114 s whole at
+# 6 + 6 layers, and 56-72 s against 50-57 s at 3 + 3 (benchmarks/RESULTS.md, "Compiled training").
+REGIONAL_FROM_LAYERS = 6
 # The file in a run's folder that holds its compiled code (`CompileCache`).
 COMPILE_CACHE_FILE = "compile_cache.bin"
 # What a compiled run pads its batches' lengths to: SDPA's memory-efficient kernel on CUDA takes a mask
@@ -68,6 +73,13 @@ def compiled_regions(model: nn.Module) -> Iterator[None]:
     finally:
         for layer in layers:
             del layer.forward
+
+
+def regional_compilation_pays(model: nn.Module) -> bool:
+    """Whether `model`'s layers are compiled once per class (`compiled_regions`) rather than inlined: where
+    both stacks have at least `REGIONAL_FROM_LAYERS` layers, as the paper's base and big models do."""
+    config = model.config
+    return min(config.encoder_layers, config.decoder_layers) >= REGIONAL_FROM_LAYERS
 
 
 def with_dynamic_batch_dimensions(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -106,17 +118,18 @@ def forward_and_loss(
 class CompiledTrainingLoss:
     """`forward_and_loss` compiled (`torch.compile` with `backend`), called with every batch's dimensions
     declared dynamic (`with_dynamic_batch_dimensions`); the model's layers compiled once per class where
-    `regional` (within `regions`)."""
+    `regional` (within `regions`; None: where `regional_compilation_pays`)."""
 
-    def __init__(self, epsilon: float, backend: str = "inductor", regional: bool = True) -> None:
+    def __init__(self, epsilon: float, backend: str = "inductor", regional: bool | None = None) -> None:
         self.epsilon = epsilon
         self.regional = regional
         self.function = torch.compile(forward_and_loss, backend=backend)
 
     def regions(self, model: nn.Module) -> AbstractContextManager[None]:
         """The block within which `model`'s layers are compiled once per class (`compiled_regions`), or
-        inlined into the one graph like the rest of the model (`regional` False)."""
-        return compiled_regions(model) if self.regional else nullcontext()
+        inlined into the one graph like the rest of the model."""
+        regional = regional_compilation_pays(model) if self.regional is None else self.regional
+        return compiled_regions(model) if regional else nullcontext()
 
     def __call__(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None
