@@ -76,7 +76,8 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA
     # Ours (the step train --compile runs) against Marian torch.compile'd, on the same fixed batches.
     step train_compile 200 "$PYTHON" benchmarks/bench_train.py --device cuda --modes bf16-compile \
         --repeats 2 --output "$OUT/train_compile.json"
-    step generate 50 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes bf16 \
+    # Both dtypes in one run, so that bf16 is measured against float32 on the same card.
+    step generate 60 "$PYTHON" benchmarks/bench_generate.py --device cuda --dtypes float32 bf16 \
         --output "$OUT/generate.json"
     # generate() with a static cache, whose decoding step transformers compiles on a GPU (CUDA graphs), for
     # both models: greedy only (beam search does not compile it).

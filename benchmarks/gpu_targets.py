@@ -95,6 +95,15 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
             ">= 1.5x / >= 2x",
         ),
         (
+            "ours in bf16 against ours in float32, batch 64, same run: beam 4 / greedy",
+            " / ".join(
+                ratio(tokens_per_s(generate, f"{name}-bf16", "ours"), tokens_per_s(generate, name, "ours"))
+                for name in ("beam4", "greedy")
+            ),
+            "",
+            "",
+        ),
+        (
             "greedy, bf16, batch 64, static cache and compiled step: against Marian the same / against "
             "Marian's dynamic cache (another run)",
             f"{speedup(generate_static, 'greedy-bf16')} / "
