@@ -209,7 +209,7 @@ def test_compared_runs_share_one_axes_and_their_differences_from_the_first_are_d
     assert list(series) == [str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run")]
 
 
-def test_figures_command_compares_runs_and_refuses_a_comparison_of_one(tmp_path, capsys):
+def test_figures_command_compares_runs_and_refuses_one_run_or_an_untrained_folder(tmp_path, capsys):
     for name in ("eager", "compiled"):
         write_trainer_state(tmp_path / name, 10, [{"step": 10, "loss": 9.0}])
     out = tmp_path / "figures"
@@ -223,6 +223,13 @@ def test_figures_command_compares_runs_and_refuses_a_comparison_of_one(tmp_path,
     assert refused.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--compare draws two or more runs on one figure; --run gave 1" in error
+
+    (tmp_path / "untrained").mkdir()
+    with pytest.raises(SystemExit) as refused:
+        figures_command().main(["--out", str(out), "--run", runs[0], str(tmp_path / "untrained")])
+    assert refused.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert "Traceback" not in error and "No checkpoint-*/trainer_state.json in" in error.splitlines()[-1]
 
 
 def test_chatbot_curves_plot_the_logged_loss_and_every_epochs_evaluation(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from ..common.cli import ArgumentParser, positive_int, run_command
+from ..common.cli import ArgumentParser, positive_int, refusals_in_one_line, run_command
 from ..figures.plotting import (
     attention_maps,
     find_hangul_font,
@@ -104,12 +104,13 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         print(f"Source tokens: {maps.source_tokens}\nOutput tokens: {maps.target_tokens}")
         written.append(args.out / "translation_alignment.png")
         plot_alignment(maps, path=written[-1])
-    for run in args.run:
-        written.append(args.out / f"{run.name}_training.png")
-        plot_training_curves(run, path=written[-1])
-    if args.compare is not None:
-        written.append(args.out / f"{args.compare}.png")
-        plot_training_losses_compared(args.run, path=written[-1])
+    with refusals_in_one_line(parser):  # a folder without the checkpoints of a training run
+        for run in args.run:
+            written.append(args.out / f"{run.name}_training.png")
+            plot_training_curves(run, path=written[-1])
+        if args.compare is not None:
+            written.append(args.out / f"{args.compare}.png")
+            plot_training_losses_compared(args.run, path=written[-1])
     for path in written:
         print(f"Wrote {path}")
 
