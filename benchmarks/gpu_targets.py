@@ -21,9 +21,14 @@ def train_row(result: dict, group: str, name: str, model: str, mode: str) -> dic
     return next((row for row in rows if row["model"] == model and row["mode"] == mode), {})
 
 
+def engine_result(result: dict, search: str, engine: str) -> dict:
+    """One engine's figures for one search at base size in a bench_generate.py result."""
+    searches = result.get("sizes", {}).get("base", {}).get("searches", {})
+    return searches.get(search, {}).get("engines", {}).get(engine, {})
+
+
 def speedup(result: dict, search: str) -> str:
-    engines = result.get("sizes", {}).get("base", {}).get("searches", {}).get(search, {}).get("engines", {})
-    ours = engines.get("ours", {}).get("speedup_vs_marian")
+    ours = engine_result(result, search, "ours").get("speedup_vs_marian")
     return f"{ours:.2f}x" if ours is not None else UNMEASURED
 
 
@@ -32,8 +37,7 @@ def ratio(numerator: float | None, denominator: float | None) -> str:
 
 
 def tokens_per_s(result: dict, search: str, engine: str) -> float | None:
-    engines = result.get("sizes", {}).get("base", {}).get("searches", {}).get(search, {}).get("engines", {})
-    return engines.get(engine, {}).get("tokens_per_s")
+    return engine_result(result, search, engine).get("tokens_per_s")
 
 
 def rows(folder: Path) -> list[tuple[str, str, str, str]]:

@@ -1,5 +1,6 @@
 """Shared test set-up: offline Hub, deterministic tiny models."""
 
+import io
 import os
 import socket
 import sys
@@ -109,3 +110,19 @@ def shipped_onednn_sizes(monkeypatch):
 @pytest.fixture
 def model() -> VanillaTransformerForConditionalGeneration:
     return tiny_model()
+
+
+def run_in_process(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *argv: str, stdin: str = ""
+) -> tuple[int | None, str, str]:
+    """`vanilla-transformer ARGV` run through `main` in this process, with `stdin` as its standard input:
+    its exit status (None: success), standard output and standard error."""
+    from hf_vanilla_transformer.commands import main
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    try:
+        status = main(list(argv))
+    except SystemExit as exited:
+        status = exited.code
+    output = capsys.readouterr()
+    return status, output.out, output.err

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import run_in_process, tiny_model
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from hf_vanilla_transformer.commands import COMMANDS, command_module, main
+from hf_vanilla_transformer.commands import COMMANDS, command_module
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.commands.translate import main as translate_main
 from hf_vanilla_transformer.common.cli import ArgumentParser, may_write, refusals_in_one_line
@@ -45,24 +45,6 @@ def run_subcommand(name: str, *args: str, launcher: tuple[str, ...] = ()) -> sub
         env=env,
         timeout=300,
     )
-
-
-def run_in_process(
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    name: str,
-    *args: str,
-    stdin: str = "",
-) -> tuple[int | None, str, str]:
-    """`vanilla-transformer NAME ARGS` run through `main` in this process, with `stdin` as its standard
-    input: its exit status (None: success), standard output and standard error."""
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    try:
-        status = main([name, *args])
-    except SystemExit as exited:
-        status = exited.code
-    output = capsys.readouterr()
-    return status, output.out, output.err
 
 
 @pytest.fixture(scope="module")

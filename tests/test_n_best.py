@@ -2,7 +2,6 @@
 `vanilla-transformer translate`: each checked against generate()'s own sequences and beam scores, the
 paper's length penalty, pysbd's sentence count, or the same model decoding one input at a time."""
 
-import io
 import json
 import os
 import subprocess
@@ -13,9 +12,8 @@ from pathlib import Path
 import pysbd
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import run_in_process, tiny_model
 
-from hf_vanilla_transformer.commands import main
 from hf_vanilla_transformer.commands import translate as translate_command
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
 from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
@@ -185,24 +183,10 @@ def _cli(*args: str, stdin: str | bytes = "") -> subprocess.CompletedProcess:
     )
 
 
-def _cli_in_process(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str, stdin: str = ""
-) -> tuple[int | None, str, str]:
-    """`vanilla-transformer translate ARGS` run through `main` with `stdin` as its standard input: its exit
-    status (None: success), standard output and standard error. `_cli` runs it in a process of its own."""
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    try:
-        status = main(["translate", *args])
-    except SystemExit as exited:
-        status = exited.code
-    output = capsys.readouterr()
-    return status, output.out, output.err
-
-
 def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer, capsys, monkeypatch):
     text = "\n".join(SENTENCES) + "\n"
-    status, tsv, error = _cli_in_process(
-        capsys, monkeypatch, "--model", str(model_dir), "--n-best", "2", stdin=text
+    status, tsv, error = run_in_process(
+        capsys, monkeypatch, "translate", "--model", str(model_dir), "--n-best", "2", stdin=text
     )
     assert status is None, error
     rows = [line.split(" ||| ") for line in tsv.splitlines()]
@@ -222,9 +206,10 @@ def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer
                 pytest.approx(wanted_score, abs=1e-5),
                 pytest.approx(wanted_log_prob),
             )
-    status, jsonl, error = _cli_in_process(
+    status, jsonl, error = run_in_process(
         capsys,
         monkeypatch,
+        "translate",
         "--model",
         str(model_dir),
         "--n-best",
@@ -250,8 +235,8 @@ def test_cli_refuses_contradictions_in_one_line(model_dir, capsys, monkeypatch):
         ("--output", "/proc/version"): "--output /proc/version: cannot write there",
     }
     for flags, message in cases.items():
-        status, _, error = _cli_in_process(
-            capsys, monkeypatch, "--model", str(model_dir), *flags, stdin="a dog runs\n"
+        status, _, error = run_in_process(
+            capsys, monkeypatch, "translate", "--model", str(model_dir), *flags, stdin="a dog runs\n"
         )
         assert status == 2, (flags, error)
         assert message in error.strip().splitlines()[-1] and "Traceback" not in error, (flags, error)
@@ -270,8 +255,17 @@ def test_cli_names_the_line_that_is_not_utf8(model_dir, tmp_path):
 def test_cli_sampling_is_seeded(model_dir, capsys, monkeypatch):
     text = "\n".join(SENTENCES * 3) + "\n"
     runs = [
-        _cli_in_process(
-            capsys, monkeypatch, "--model", str(model_dir), "--sampling-topk", "0", "--seed", seed, stdin=text
+        run_in_process(
+            capsys,
+            monkeypatch,
+            "translate",
+            "--model",
+            str(model_dir),
+            "--sampling-topk",
+            "0",
+            "--seed",
+            seed,
+            stdin=text,
         )
         for seed in "112"
     ]

@@ -1,7 +1,6 @@
 """The training script end to end on a tiny model: train, checkpoints, averaging, translate, BLEU;
 kill-and-resume equivalence; bad input."""
 
-import io
 import json
 import os
 import shutil
@@ -15,12 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT, accelerate_cpu_launcher
+from conftest import REPO_ROOT, accelerate_cpu_launcher, run_in_process
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups
-from hf_vanilla_transformer.commands import main
 from hf_vanilla_transformer.evaluation.metrics import corpus_bleu
 from hf_vanilla_transformer.evaluation.tuning import DEFAULT_LENGTH_PENALTIES
 from hf_vanilla_transformer.inference.translation import translate
@@ -71,20 +69,6 @@ def run_subcommand(name: str, *args: str, **kwargs) -> subprocess.CompletedProce
         timeout=600,
         **kwargs,
     )
-
-
-def run_in_process(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *argv: str, stdin: str = ""
-) -> tuple[int | None, str, str]:
-    """`vanilla-transformer ARGV` run through `main` with `stdin` as its standard input: its exit status
-    (None: success), standard output and standard error. `run_subcommand` runs it in a process of its own."""
-    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    try:
-        status = main(list(argv))
-    except SystemExit as exited:
-        status = exited.code
-    output = capsys.readouterr()
-    return status, output.out, output.err
 
 
 def losses(trainer_state: Path) -> dict[int, float]:
