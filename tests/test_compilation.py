@@ -29,6 +29,7 @@ from hf_vanilla_transformer.training.compilation import (
     CompileCache,
     CompiledTrainingLoss,
     compiled_regions,
+    compiles_training_step,
     forward_and_loss,
     regional_compilation_pays,
     with_dynamic_batch_dimensions,
@@ -36,6 +37,7 @@ from hf_vanilla_transformer.training.compilation import (
 from hf_vanilla_transformer.training.length_buckets import bucket_length, pad_to_buckets
 from hf_vanilla_transformer.training.loss import LabelSmoothedSeq2SeqTrainer, label_smoothed_cross_entropy
 from hf_vanilla_transformer.training.pipeline import run_training
+from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
 
 NEWSTEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "wmt14"
 PAD = 1
@@ -197,6 +199,27 @@ def test_layers_are_compiled_once_per_class_in_deep_stacks_only(layers, regional
         with CompiledTrainingLoss(0.1, backend="eager", regional=choice).regions(model):
             assert all(("forward" in vars(layer)) is marked for layer in model.model.encoder.layers)
             assert all(("forward" in vars(layer)) is marked for layer in model.model.decoder.layers)
+
+
+@pytest.mark.parametrize("preset", sorted(TRAINING_PRESETS))
+def test_a_presets_compile_applies_on_a_gpu_and_an_explicit_choice_everywhere(preset):
+    """The paper's GPU presets compile by default on a CUDA GPU, where the compiled step measured faster,
+    and no preset does on a CPU, where it measured slower; --compile and --no-compile win everywhere."""
+    asks = TRAINING_PRESETS[preset].compile
+    assert asks is (preset in ("base", "big"))
+    assert compiles_training_step(None, asks, on_gpu=True) is asks
+    assert compiles_training_step(None, asks, on_gpu=False) is False
+    for on_gpu in (False, True):
+        assert compiles_training_step(True, asks, on_gpu) is True
+        assert compiles_training_step(False, asks, on_gpu) is False
+
+
+def test_a_run_applies_the_compile_rule_on_this_machine(corpus, tmp_path):  # noqa: F811
+    """`train` resolves the preset's compile for the machine it runs on before anything reads it."""
+    on_gpu = torch.cuda.is_available()
+    for requested, expected in ((None, on_gpu), (True, True), (False, False)):
+        chosen = settings(corpus, tmp_path / str(requested), preset="base", compile=requested)
+        assert pipeline._start_run(chosen).recipe.compile is expected
 
 
 def test_regions_are_marked_while_training_only():

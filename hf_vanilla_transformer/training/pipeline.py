@@ -24,7 +24,7 @@
 import gc
 import json
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from .backtranslation import (
     synthetic_special_tokens,
     with_synthetic_pairs,
 )
-from .compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss
+from .compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss, compiles_training_step
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
 from .legacy import drop_legacy_label_smoothing, with_recorded_label_smoothing
@@ -139,6 +139,9 @@ def _start_run(settings: TrainingSettings) -> _Run:
         recipe,
         settings.label_smoothing is not None,
         checkpoint if checkpoint is not None else settings.init_from,
+    )
+    recipe = replace(
+        recipe, compile=compiles_training_step(settings.compile, recipe.compile, torch.cuda.is_available())
     )
     if checkpoint is not None:
         check_same_recipe(output_dir, _recipe_record(settings, recipe, state))
@@ -413,7 +416,8 @@ def _train(run: _Run, trainer: TokenBudgetSeq2SeqTrainer) -> None:
         + f" of ~{recipe.tokens_per_step} tokens "
         f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {run.state.num_processes} "
         f"process(es)), warmup {recipe.warmup_steps}, {precision_words(run.precision, recipe)}, "
-        f"output {run.output_dir}"
+        + ("the step compiled (--no-compile: eager), " if recipe.compile else "")
+        + f"output {run.output_dir}"
     )
     on_cpu_in_bf16 = run.precision == "bf16" and not torch.cuda.is_available()
     with cpu_bf16_training(model) if on_cpu_in_bf16 else nullcontext():
