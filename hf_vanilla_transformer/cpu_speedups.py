@@ -33,6 +33,7 @@ from contextvars import ContextVar
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
@@ -192,10 +193,11 @@ class CPULinear(nn.Linear):
     rather than torch's default GEMM where that was measured to be faster: training products of many rows,
     and products with large weights in decoding (`onednn_float32_minima`, per CPU kind; the same float32
     arithmetic, summed in another order).
-    Everywhere else, and under autocast or torch.compile, it is `nn.Linear.forward` itself. Wrappers see an
+    Everywhere else, and under autocast or torch.compile, it is what `nn.Linear.forward` is, `F.linear`,
+    called here without the extra frame (decoding makes several dozen such calls a step). Wrappers see an
     `nn.Linear`: accelerate's offload hooks load the weight before this forward runs, and PEFT wraps it as
     it wraps any linear layer. A weight or input with its own `__torch_function__` (a tensor subclass:
-    torchao's quantized weights, DTensor) goes through `nn.Linear.forward`, so that its own `F.linear` runs.
+    torchao's quantized weights, DTensor) goes to `F.linear`, where its own implementation runs.
 
     torch.ao's `quantize_dynamic` matches module types exactly and skips subclasses:
     `hf_vanilla_transformer.inference.translation.quantize_int8` quantizes these layers.
@@ -211,14 +213,14 @@ class CPULinear(nn.Linear):
             and not torch.is_autocast_enabled("cpu")
             and not torch.overrides.has_torch_function((x, weight) if bias is None else (x, weight, bias))
         ):
-            return super().forward(x)
+            return F.linear(x, weight, bias)
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
             rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
             if rows < _ONEDNN_MIN_TRAINING_ROWS:
-                return super().forward(x)
+                return F.linear(x, weight, bias)
             return _OneDNNLinearFunction.apply(x, weight, bias)
         if weight.numel() < _ONEDNN_MIN_INFERENCE_WEIGHT:
-            return super().forward(x)
+            return F.linear(x, weight, bias)
         return _onednn_linear(x, _decoding_weight(self, weight), bias)
 
 

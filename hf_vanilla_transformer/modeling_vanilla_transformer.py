@@ -23,6 +23,7 @@ does, where it applies and how to turn it off. This file is copied next to saved
 `trust_remote_code=True` users, so it imports the package only relatively.
 """
 
+import inspect
 import math
 import os
 from collections.abc import Callable
@@ -767,6 +768,13 @@ class VanillaTransformerForConditionalGeneration(
             ]
         return cache
 
+
+# generate() reads the forward's signature at every decoding step of a model registered for the Auto classes
+# (`prepare_inputs_for_generation`), and `inspect` derives it anew through the decorators each time unless
+# the function carries it: computed once here, the same signature.
+VanillaTransformerForConditionalGeneration.forward.__signature__ = inspect.signature(
+    VanillaTransformerForConditionalGeneration.forward
+)
 
 __all__ = [
     "VanillaTransformerForConditionalGeneration",

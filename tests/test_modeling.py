@@ -1,5 +1,6 @@
 """The model against the paper's formulas and against itself under padding, caching and precision."""
 
+import inspect
 import math
 
 import pytest
@@ -478,3 +479,15 @@ def test_loaded_in_half_precision_it_computes_in_it_and_agrees_with_float32(tmp_
     chosen = reference.gather(-1, generated[:, 1:, None]).squeeze(-1)
     finished = (generated[:, :-1] == EOS).cumsum(-1) > 0  # steps after the end token are padding
     assert ((reference.max(-1).values - chosen <= 2 * tolerance) | finished).all()
+
+
+def test_the_forward_carries_the_signature_inspect_derives_through_its_decorators():
+    """generate() reads the forward's signature at every decoding step of a model registered for the Auto
+    classes: the signature the function carries is the one `inspect` derives from the undecorated forward,
+    and bound to a model it drops `self` as a derived one does."""
+    forward = VanillaTransformerForConditionalGeneration.forward
+    derived = inspect.signature(inspect.unwrap(forward))
+    assert vars(forward)["__signature__"] == derived and "cache" in derived.parameters
+    assert VanillaTransformerForConditionalGeneration.is_remote_code()
+    bound = inspect.signature(tiny_model().forward)
+    assert list(bound.parameters) == list(derived.parameters)[1:]
