@@ -39,9 +39,10 @@ message) are tokenized with a BPE vocabulary of `--bpe-vocab` tokens trained on 
 and their lengths packed by the package's `TokenBudgetBatchSampler` into batches of up to `--max-tokens`
 padded tokens a side (25000: the paper's step), in its shuffled epoch order; the pairs are repeated
 `--data-copies` times first, so that batches are as tightly packed as on a corpus of the paper's size
-with the same lengths. Each batch holds random ids of its pairs' lengths, padded. A round times one pass
-over the first `--max-steps` batches; tokens/s counts the real target tokens, not padding, and MFU the
-padded products.
+with the same lengths. Each batch holds random ids of its pairs' lengths, padded to its longest as `train`
+pads them (in compiled modes to multiples of 8, as `train --compile` does). A round times one pass over
+the first `--max-steps` batches; tokens/s counts the real target tokens, not padding, and MFU the padded
+products.
 `--presets base big`: ours only, the paper's base and big models (`VanillaTransformerConfig.from_preset`,
 vocabulary `--preset-vocab`), in place of the Marian comparison at `--sizes`; each row also projects the
 hours of the paper's run at the measured throughput: 100k steps (base) or 300k steps (big) of 25000 target
@@ -95,6 +96,7 @@ from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenize
 from hf_vanilla_transformer.training import loss as training_loss
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
 from hf_vanilla_transformer.training.compilation import (  # noqa: E402
+    SEQUENCE_MULTIPLE,
     CompiledTrainingLoss,
     compiled_regions,
     forward_and_loss,
@@ -140,6 +142,11 @@ def forward_flops(size: Size, batch: int, src_len: int, tgt_len: int) -> int:
     decoder_cross = tgt * 4 * d * d + src * 4 * d * d + 4 * batch * tgt_len * src_len * d
     decoder = size.layers * (decoder_self + decoder_cross + tgt * 4 * d * ff)
     return encoder + decoder + tgt * 2 * d * size.vocab
+
+
+def to_sequence_multiple(length: int) -> int:
+    """`length` rounded up to a multiple of SEQUENCE_MULTIPLE, as `train --compile` pads a batch's lengths."""
+    return -(-length // SEQUENCE_MULTIPLE) * SEQUENCE_MULTIPLE
 
 
 def padded_batch(size: Size, shape: Shape, seed: int) -> dict[str, torch.Tensor]:
@@ -316,18 +323,30 @@ def bench_variants(
     """Times each (model, mode) variant on a pass over the batches of `shapes`, every round, in alternating
     order, after `--warmup` untimed rounds; then measures its memory over one more pass."""
     device = args.device
-    batches = [padded_batch(size, shape, seed) for seed, shape in enumerate(shapes)]
-    if args.length_buckets:
-        batches = [pad_to_buckets(batch, size.vocab - 1) for batch in batches]
-    batches = [{key: value.to(device) for key, value in batch.items()} for batch in batches]
-    tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches)
-    flops = sum(
-        3 * forward_flops(size, *batch["input_ids"].shape, batch["labels"].shape[1]) for batch in batches
-    )
+
+    def padded(batch: dict[str, torch.Tensor], compiled: bool) -> dict[str, torch.Tensor]:
+        """The batch as a step of `train` trains on it: padded to its longest, or up to its buckets, and
+        compiled, to lengths that are multiples of SEQUENCE_MULTIPLE (as the buckets are already)."""
+        if args.length_buckets:
+            batch = pad_to_buckets(dict(batch), size.vocab - 1)
+        elif compiled:
+            batch = pad_to_buckets(dict(batch), size.vocab - 1, round_up=to_sequence_multiple)
+        return {key: value.to(device) for key, value in batch.items()}
+
+    unpadded = [padded_batch(size, shape, seed) for seed, shape in enumerate(shapes)]
+    batches = {compiled: [padded(batch, compiled) for batch in unpadded] for compiled in (False, True)}
+    tokens = sum(int((batch["labels"] != -100).sum()) for batch in batches[False])
+    flops = {
+        compiled: sum(
+            3 * forward_flops(size, *batch["input_ids"].shape, batch["labels"].shape[1])
+            for batch in batches[compiled]
+        )
+        for compiled in (False, True)
+    }
 
     def train_pass(model: str, mode: str) -> None:
         precision, how = mode.split("-")[:2]
-        for batch in batches:
+        for batch in batches[how == "compile"]:
             trainees[model].step(batch, precision, how == "compile")
 
     def name(variant: tuple[str, str]) -> str:
@@ -372,9 +391,9 @@ def bench_variants(
         row = {
             "model": model,
             "mode": mode,
-            "step_seconds": [seconds / len(batches) for seconds in t],
+            "step_seconds": [seconds / len(unpadded) for seconds in t],
             "tokens_per_s": tokens / median,
-            "mfu": flops / median / (peaks[peak] * 1e9),
+            "mfu": flops["compile" in mode] / median / (peaks[peak] * 1e9),
             "mfu_peak": peak,
             "peak_step_memory_mb": memory[variant].peak_delta / 2**20,
         }
@@ -386,9 +405,10 @@ def bench_variants(
         row |= {"speedup_vs_marian_fp32_eager": fp32_eager} if fp32_eager is not None else {}
         rows.append(row)
     return {
-        "steps_per_round": len(batches),
-        "target_tokens_per_step": tokens / len(batches),
-        "flops_per_step": flops / len(batches),
+        "steps_per_round": len(unpadded),
+        "target_tokens_per_step": tokens / len(unpadded),
+        "flops_per_step": flops[False] / len(unpadded),
+        "flops_per_step_compiled": flops[True] / len(unpadded),
         "rows": rows,
     }
 

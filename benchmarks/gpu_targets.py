@@ -53,15 +53,18 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
         value = modes.get(mode, {}).get(key)
         return f"{value:.1f} s" if value is not None else UNMEASURED
 
-    base_eager = train_row(presets, "presets", "base", "ours", "bf16-eager").get("tokens_per_s")
+    base_eager, base_compiled = (
+        train_row(presets, "presets", "base", "ours", mode).get("tokens_per_s")
+        for mode in ("bf16-eager", "bf16-compile")
+    )
     eager_step = compile_.get("eager", {}).get("step_s")
     compiled_step = compile_.get("cold-regional", {}).get("step_s")
     step_ratio = ratio(eager_step, compiled_step)
     ours = train_row(compiled, "sizes", "base", "ours", "bf16-compile").get("speedup_vs_marian_same_mode")
     return [
         (
-            "base preset, newstest-length batches, eager (tok/s)",
-            f"{base_eager:,.0f}" if base_eager else UNMEASURED,
+            "base preset, newstest-length batches: compiled as train runs it on a GPU / eager (tok/s)",
+            " / ".join(f"{value:,.0f}" if value else UNMEASURED for value in (base_compiled, base_eager)),
             ">= 540k",
             ">= 700k",
         ),

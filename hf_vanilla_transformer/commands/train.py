@@ -73,6 +73,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
+# A preset's switches that apply only where they were measured to pay (`trainer.mixed_precision`,
+# `compilation.compiles_training_step`); the same flag given on the command line applies everywhere.
+_APPLIES_WHERE_IT_PAYS = {"bf16": "where the CPU or GPU computes bf16 natively", "compile": "on a CUDA GPU"}
+
+
 def preset_summary(name: str, preset: TrainingPreset) -> str:
     """One preset as the model it builds and the flags it sets, for --help."""
     model = " ".join(f"{key}={value}" for key, value in preset.model_overrides.items())
@@ -80,9 +85,8 @@ def preset_summary(name: str, preset: TrainingPreset) -> str:
     for field in dataclasses.fields(preset):
         value = getattr(preset, field.name)
         flag = flag_name(field)
-        if field.name == "bf16" and value:
-            # A preset's bf16 applies only where bf16 is native; an explicit --bf16 applies everywhere.
-            words.append("--bf16 (where the CPU or GPU computes bf16 natively)")
+        if field.name in _APPLIES_WHERE_IT_PAYS and value:
+            words.append(f"{flag} ({_APPLIES_WHERE_IT_PAYS[field.name]})")
         elif isinstance(value, bool):
             words.append(flag if value else f"--no-{flag[2:]}")
         elif field.name not in ("model_preset", "model_overrides") and value is not None:

@@ -7,6 +7,7 @@ of 64 beyond. The padding is masked (attention mask 0, label -100), so the loss 
 of the unpadded batch up to float rounding; each batch pays at most one bucket's step in extra tokens.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,17 +26,19 @@ def bucket_length(length: int) -> int:
     return -(-length // step) * step
 
 
-def pad_to_buckets(batch: dict[str, torch.Tensor], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """`batch` padded on the right up to its lengths' buckets: the source ids and mask together, and the
-    labels and decoder inputs (and mask) together; masks fill with 0, labels with -100 (no loss), token ids
-    with `pad_token_id`."""
+def pad_to_buckets(
+    batch: dict[str, torch.Tensor], pad_token_id: int, round_up: Callable[[int], int] = bucket_length
+) -> dict[str, torch.Tensor]:
+    """`batch` padded on the right up to its lengths' buckets (`round_up` of each side's length): the
+    source ids and mask together, and the labels and decoder inputs (and mask) together; masks fill with 0,
+    labels with -100 (no loss), token ids with `pad_token_id`."""
     fills = {"input_ids": pad_token_id, "decoder_input_ids": pad_token_id, "labels": -100}
     for side in _SIDES:
         present = [key for key in side if key in batch]
         if not present:
             continue
         length = batch[present[0]].shape[1]
-        extra = bucket_length(length) - length
+        extra = round_up(length) - length
         for key in present:
             batch[key] = torch.nn.functional.pad(batch[key], (0, extra), value=fills.get(key, 0))
     return batch
