@@ -70,6 +70,8 @@ def test_bench_train_quick_times_token_budget_batches_of_real_lengths(tmp_path):
     # Budgets of 1000 padded tokens a side; the real target tokens, which tokens/s counts, are fewer.
     assert size["steps_per_round"] == 3 and 0 < size["target_tokens_per_step"] <= 1000
     assert all(row["tokens_per_s"] > 0 for row in size["rows"])
+    # Compiled modes train on the lengths `train --compile` pads to (multiples of 8): more products.
+    assert size["flops_per_step_compiled"] > size["flops_per_step"] > 0
 
 
 def test_bench_train_data_without_the_files_is_skipped_with_the_reason(tmp_path):
