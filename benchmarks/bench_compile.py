@@ -53,9 +53,9 @@ from bench_train import DEFAULT_DATA, NEWSTEST, newstest_lengths  # noqa: E402
 from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.training.compilation import (
-    SEQUENCE_MULTIPLE,
     CompileCache,
     CompiledTrainingLoss,
+    compiled_length,
     forward_and_loss,
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length
@@ -140,7 +140,7 @@ def padding(args: argparse.Namespace) -> dict:
             lengths = [side[i] for i in batch]
             real += sum(lengths)
             padded += len(lengths) * max(lengths)
-            multiple += len(lengths) * -(-max(lengths) // SEQUENCE_MULTIPLE) * SEQUENCE_MULTIPLE
+            multiple += len(lengths) * compiled_length(max(lengths))
             bucketed += len(lengths) * bucket_length(max(lengths))
     return {
         "padding_share_longest": 1 - real / padded,

@@ -96,8 +96,8 @@ from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenize
 from hf_vanilla_transformer.training import loss as training_loss
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
 from hf_vanilla_transformer.training.compilation import (  # noqa: E402
-    SEQUENCE_MULTIPLE,
     CompiledTrainingLoss,
+    compiled_length,
     compiled_regions,
     forward_and_loss,
 )
@@ -142,11 +142,6 @@ def forward_flops(size: Size, batch: int, src_len: int, tgt_len: int) -> int:
     decoder_cross = tgt * 4 * d * d + src * 4 * d * d + 4 * batch * tgt_len * src_len * d
     decoder = size.layers * (decoder_self + decoder_cross + tgt * 4 * d * ff)
     return encoder + decoder + tgt * 2 * d * size.vocab
-
-
-def to_sequence_multiple(length: int) -> int:
-    """`length` rounded up to a multiple of SEQUENCE_MULTIPLE, as `train --compile` pads a batch's lengths."""
-    return -(-length // SEQUENCE_MULTIPLE) * SEQUENCE_MULTIPLE
 
 
 def padded_batch(size: Size, shape: Shape, seed: int) -> dict[str, torch.Tensor]:
@@ -330,7 +325,7 @@ def bench_variants(
         if args.length_buckets:
             batch = pad_to_buckets(dict(batch), size.vocab - 1)
         elif compiled:
-            batch = pad_to_buckets(dict(batch), size.vocab - 1, round_up=to_sequence_multiple)
+            batch = pad_to_buckets(dict(batch), size.vocab - 1, round_up=compiled_length)
         return {key: value.to(device) for key, value in batch.items()}
 
     unpadded = [padded_batch(size, shape, seed) for seed, shape in enumerate(shapes)]

@@ -75,6 +75,12 @@ def compiled_regions(model: nn.Module) -> Iterator[None]:
             del layer.forward
 
 
+def compiled_length(length: int) -> int:
+    """The length a compiled run pads a batch side of `length` tokens to: the next multiple of
+    `SEQUENCE_MULTIPLE`."""
+    return -(-length // SEQUENCE_MULTIPLE) * SEQUENCE_MULTIPLE
+
+
 def regional_compilation_pays(model: nn.Module) -> bool:
     """Whether `model`'s layers are compiled once per class (`compiled_regions`) rather than inlined: where
     both stacks have at least `REGIONAL_FROM_LAYERS` layers, as the paper's base and big models do."""
