@@ -32,12 +32,15 @@ print(json.dumps({
 @pytest.fixture(scope="module")
 def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel_dir = tmp_path_factory.mktemp("wheel")
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheel_dir)]
-    subprocess.run([*build, str(REPO_ROOT)], check=True, capture_output=True, text=True)
+    # Built with the test environment's setuptools and no index: a build environment fetched from an index
+    # would wait on the network, up to pip's timeout for each retry.
+    pip = [sys.executable, "-m", "pip", "--quiet"]
+    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--wheel-dir", str(wheel_dir)]
+    subprocess.run([*build, str(REPO_ROOT)], check=True, capture_output=True, text=True, timeout=300)
     (wheel,) = wheel_dir.glob("hf_vanilla_transformer-*.whl")
     target = tmp_path_factory.mktemp("site")
-    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target)]
-    subprocess.run([*install, str(wheel)], check=True, capture_output=True, text=True)
+    install = [*pip, "install", "--no-deps", "--no-index", "--target", str(target)]
+    subprocess.run([*install, str(wheel)], check=True, capture_output=True, text=True, timeout=300)
     return target
 
 
