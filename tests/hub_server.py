@@ -719,7 +719,7 @@ class HubServer(ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
-        self._thread.join()
+        self._thread.join(60)
 
     def __enter__(self) -> HubServer:
         return self

@@ -249,7 +249,8 @@ def test_two_threads_decoding_with_one_model_keep_their_own_copies():
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(600)
+        assert not thread.is_alive(), "a decoding thread did not finish"
     assert not errors and len(results) == 6
     assert all(torch.equal(result, expected) for result in results)
 

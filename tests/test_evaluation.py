@@ -193,6 +193,7 @@ def test_split_compounds_follows_the_perl_rule():
             capture_output=True,
             text=True,
             check=True,
+            timeout=60,
         )
         assert perl.stdout.rstrip("\n") == expected
 
@@ -245,6 +246,7 @@ def test_cli_subprocess_prints_score_and_signature(files):
         text=True,
         env=env,
         check=True,
+        timeout=300,
     )
     # BLEU and chrF by default, as sacreBLEU prints them: the score, then its signature.
     bleu, chrf = (score(_degraded(REFERENCES), REFERENCES) for score in (corpus_bleu, corpus_chrf))

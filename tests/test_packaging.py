@@ -47,7 +47,12 @@ def unpacked_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_installed_wheel_finds_its_model_cards_and_chatbot_corpus(unpacked_wheel: Path) -> None:
     env = {"PYTHONPATH": str(unpacked_wheel), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     probe = subprocess.run(
-        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, cwd=unpacked_wheel
+        [sys.executable, "-c", PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=unpacked_wheel,
+        timeout=300,
     )
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout.strip().splitlines()[-1])
@@ -74,7 +79,12 @@ def test_installed_wheel_has_the_vanilla_transformer_command(unpacked_wheel: Pat
     env = {"PYTHONPATH": str(unpacked_wheel), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     for args in (["--help"], ["translate", "--help"]):
         result = subprocess.run(
-            [sys.executable, str(command), *args], env=env, capture_output=True, text=True, cwd=unpacked_wheel
+            [sys.executable, str(command), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=unpacked_wheel,
+            timeout=300,
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith(f"usage: {' '.join(['vanilla-transformer', *args[:-1]])} ")

@@ -168,7 +168,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, r
         assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
-    process.wait()
+    process.wait(60)
     assert not (killed / "checkpoint-12").exists()
 
     refused = run_subcommand("train", "--output-dir", str(killed), *flags)

@@ -148,22 +148,27 @@ def test_threads_with_different_length_penalties_each_get_their_own():
         kind: model.generate(src, length_penalty_type=kind, **kwargs) for kind in ("gnmt", "transformers")
     }
     assert not torch.allclose(alone["gnmt"].sequences_scores, alone["transformers"].sequences_scores)
-    barrier, failures = threading.Barrier(2), []
+    barrier, failures = threading.Barrier(2, timeout=120), []
 
     def decode(kind: str) -> None:
-        for _ in range(4):
-            barrier.wait()
-            out = model.generate(src, length_penalty_type=kind, **kwargs)
-            if not torch.equal(out.sequences, alone[kind].sequences) or not torch.allclose(
-                out.sequences_scores, alone[kind].sequences_scores
-            ):
-                failures.append(kind)
+        try:
+            for _ in range(4):
+                barrier.wait()
+                out = model.generate(src, length_penalty_type=kind, **kwargs)
+                if not torch.equal(out.sequences, alone[kind].sequences) or not torch.allclose(
+                    out.sequences_scores, alone[kind].sequences_scores
+                ):
+                    failures.append(kind)
+        except Exception as error:
+            failures.append(f"{kind}: {error!r}")
+            barrier.abort()  # the other thread stops waiting for this one
 
     threads = [threading.Thread(target=decode, args=(kind,)) for kind in ("gnmt", "transformers")]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(600)
+        assert not thread.is_alive(), "a decoding thread did not finish"
     assert failures == []
 
 
