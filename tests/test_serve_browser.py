@@ -52,6 +52,9 @@ def browser():
         options.add_argument(argument)
     options.add_argument(f"--window-size={WIDTH},{HEIGHT}")
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
+    # Selenium waits for chromedriver's answers without a limit by default: a browser that stops answering
+    # fails the test instead of holding the run.
+    driver.command_executor.client_config.timeout = 120
     yield driver
     driver.quit()
 
