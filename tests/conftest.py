@@ -1,8 +1,10 @@
 """Shared test set-up: offline Hub, deterministic tiny models."""
 
 import io
+import json
 import os
 import socket
+import subprocess
 import sys
 
 # Read by huggingface_hub at import time: set before anything imports it.
@@ -126,3 +128,47 @@ def run_in_process(
         status = exited.code
     output = capsys.readouterr()
     return status, output.out, output.err
+
+
+# Runs each script of argv[2:] as `python SCRIPT ARGS` runs it (its folder first on the path, named __main__),
+# with ARGS the JSON list argv[1], one after another in this one interpreter, so that the torch and
+# transformers imports are paid once. Prints {script: {"status", "stdout", "stderr"}} as JSON: the status a
+# SystemExit carried ("returned" when the script ended without one); an exception is recorded with its
+# traceback, as a real run would print it, and status 1.
+SCRIPTS_IN_ONE_INTERPRETER = """
+import contextlib, io, json, runpy, sys, traceback
+
+arguments, ran = json.loads(sys.argv[1]), {}
+for script in sys.argv[2:]:
+    sys.argv = [script, *arguments]
+    sys.path.insert(0, script.rsplit("/", 1)[0])
+    output, errors = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(output), contextlib.redirect_stderr(errors):
+        try:
+            runpy.run_path(script, run_name="__main__")
+            status = "returned"
+        except SystemExit as exited:
+            status = exited.code
+        except Exception:
+            traceback.print_exc()
+            status = 1
+    sys.path.pop(0)
+    ran[script] = {"status": status, "stdout": output.getvalue(), "stderr": errors.getvalue()}
+print(json.dumps(ran))
+"""
+
+
+def run_scripts_in_one_interpreter(scripts: list[Path], *arguments: str) -> dict[Path, dict]:
+    """Each of `scripts` run with `arguments` in one fresh interpreter (the offline environment of the
+    tests): for each, the status its exit carried, its standard output and its standard error."""
+    completed = subprocess.run(
+        [sys.executable, "-c", SCRIPTS_IN_ONE_INTERPRETER, json.dumps(arguments), *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore"),
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    ran = json.loads(completed.stdout)
+    return {script: ran[str(script)] for script in scripts}

@@ -11,10 +11,11 @@ import random
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import MEASURED_ONEDNN_MINIMA, REPO_ROOT
+from conftest import MEASURED_ONEDNN_MINIMA, REPO_ROOT, run_scripts_in_one_interpreter
 
 from hf_vanilla_transformer import cpu_speedups
 
@@ -36,53 +37,19 @@ def run(script: str, tmp_path, *extra: str) -> dict:
 
 CUDA_SCRIPTS = ("bench_train.py", "bench_generate.py", "bench_compile.py", "profile_step.py")
 
-# Runs each script of argv as `python SCRIPT --device cuda` runs it (its folder first on the path, named
-# __main__), one after another in this one interpreter, so that the torch and transformers imports are paid
-# once; prints {script: [exit status, what it wrote to stderr]} as JSON. An exception other than the exit
-# is recorded with its traceback, as a real run would print it.
-REFUSAL_OF_SCRIPTS = """
-import contextlib, io, json, runpy, sys, traceback
-
-refusals = {}
-for script in sys.argv[1:]:
-    sys.argv = [script, "--device", "cuda"]
-    sys.path.insert(0, script.rsplit("/", 1)[0])
-    errors = io.StringIO()
-    status = None
-    with contextlib.redirect_stderr(errors):
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except SystemExit as exited:
-            status = exited.code
-        except Exception:
-            traceback.print_exc()
-            status = 1
-    sys.path.pop(0)
-    refusals[script.rsplit("/", 1)[1]] = [status, errors.getvalue()]
-print(json.dumps(refusals))
-"""
-
 
 @functools.cache
-def cuda_refusals() -> dict[str, list]:
-    """Each GPU-capable script's exit status and stderr under `--device cuda`, run in one interpreter."""
-    completed = subprocess.run(
-        [sys.executable, "-c", REFUSAL_OF_SCRIPTS, *(str(SCRIPTS / script) for script in CUDA_SCRIPTS)],
-        cwd=REPO_ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    return json.loads(completed.stdout)
+def cuda_refusals() -> dict[Path, dict]:
+    """Each GPU-capable script's exit status and standard error under `--device cuda`."""
+    return run_scripts_in_one_interpreter([SCRIPTS / script for script in CUDA_SCRIPTS], "--device", "cuda")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without a CUDA GPU")
 @pytest.mark.parametrize("script", CUDA_SCRIPTS)
 def test_device_cuda_without_a_gpu_is_a_one_line_error(script):
-    status, stderr = cuda_refusals()[script]
-    assert status == 2
+    refusal = cuda_refusals()[SCRIPTS / script]
+    stderr = refusal["stderr"]
+    assert refusal["status"] == 2
     assert stderr.endswith("finds no GPU\n") and stderr.count("\n") == 1, stderr
 
 

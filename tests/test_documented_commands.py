@@ -3,7 +3,6 @@ options that its command has, and the README's Python example runs from start to
 flag or function is found here, not by a reader whose copied code fails."""
 
 import argparse
-import json
 import os
 import re
 import shlex
@@ -13,7 +12,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, run_scripts_in_one_interpreter
 
 from hf_vanilla_transformer.commands import COMMANDS, command_module
 
@@ -82,44 +81,14 @@ def parser_options(parser: argparse.ArgumentParser) -> set[str]:
     return options
 
 
-# Runs each script of argv as `python SCRIPT --help` runs it (its folder first on the path, named
-# __main__), one after another in this one interpreter, so that the torch and transformers imports are
-# paid once; prints {script: its help} as JSON, or fails on the first script that does not exit with 0.
-HELP_OF_SCRIPTS = """
-import contextlib, io, json, runpy, sys
-
-helps = {}
-for script in sys.argv[1:]:
-    sys.argv = [script, "--help"]
-    sys.path.insert(0, script.rsplit("/", 1)[0])
-    output = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(output):
-            runpy.run_path(script, run_name="__main__")
-    except SystemExit as exited:
-        if exited.code not in (0, None):
-            sys.exit(f"{script} --help exited with {exited.code}")
-    else:
-        sys.exit(f"{script} --help did not exit")
-    sys.path.pop(0)
-    helps[script] = output.getvalue()
-print(json.dumps(helps))
-"""
-
-
 @cache
 def helps_of_scripts() -> dict[str, str]:
     """The `--help` of every script of its own (benchmarks/) that the documents show, by its path."""
     scripts = sorted({program for _, program, _ in COMMANDS_SHOWN} - set(COMMANDS))
-    result = subprocess.run(
-        [sys.executable, "-c", HELP_OF_SCRIPTS, *(str(REPO_ROOT / script) for script in scripts)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, f"--help failed: {result.stderr[-2000:]}"
-    helps = json.loads(result.stdout)
-    return {script: helps[str(REPO_ROOT / script)] for script in scripts}
+    ran = run_scripts_in_one_interpreter([REPO_ROOT / script for script in scripts], "--help")
+    for path, run in ran.items():
+        assert run["status"] in (0, None), f"{path} --help: {run['status']}: {run['stderr'][-2000:]}"
+    return {script: ran[REPO_ROOT / script]["stdout"] for script in scripts}
 
 
 @cache
