@@ -159,13 +159,13 @@ print(json.dumps(ran))
 
 
 def run_scripts_in_one_interpreter(scripts: list[Path], *arguments: str) -> dict[Path, dict]:
-    """Each of `scripts` run with `arguments` in one fresh interpreter (the offline environment of the
-    tests): for each, the status its exit carried, its standard output and its standard error."""
+    """Each of `scripts` run with `arguments` in one fresh interpreter (this environment, set offline above,
+    without warnings): for each, the status its exit carried, its standard output and its standard error."""
     completed = subprocess.run(
         [sys.executable, "-c", SCRIPTS_IN_ONE_INTERPRETER, json.dumps(arguments), *map(str, scripts)],
         capture_output=True,
         text=True,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
         cwd=REPO_ROOT,
         timeout=300,
     )
