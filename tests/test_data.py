@@ -299,17 +299,49 @@ def test_tokenization_is_cached_in_int32_and_collates_to_int64(tokenizer, tmp_pa
     again = tokenize_pairs(text, tokenizer, 6, 6)
     assert again.cache_files == tokenized.cache_files
     assert os.stat(cache_file["filename"]).st_mtime_ns == written, "the cache is read, not written again"
-    # Read into a cache of its own: map() would otherwise find the first result, whatever num_proc.
-    fresh = load_parallel_data(tmp_path / "t", src_lang="en", tgt_lang="de", cache_dir=tmp_path / "fresh")
-    in_two_processes = tokenize_pairs(fresh, tokenizer, 6, 6, num_proc=2)
-    assert len(in_two_processes.cache_files) == 2, "one file per process"
-    assert in_two_processes.to_dict() == tokenized.to_dict()
 
     batch = DataCollatorForSeq2Seq(tokenizer)([tokenized[0], tokenized[1]])
     assert {name: batch[name].dtype for name in ("input_ids", "attention_mask", "labels")} == dict.fromkeys(
         ("input_ids", "attention_mask", "labels"), torch.int64
     )
     assert batch["labels"][1].tolist()[-1] == -100, "shorter labels are padded with the ignored index"
+
+
+def test_tokenizing_in_two_processes_gives_the_one_process_result(tokenizer, tmp_path):
+    """`num_proc=2` writes one cache file per process, and together they hold what one process writes.
+
+    map() forks its pool from the calling process. A command forks from a fresh interpreter, so the two
+    processes are asked for there: a fork of this test process inherits the threads and locks that earlier
+    tests left in it, and can wait for ever on one of them."""
+    write(tmp_path / "t.en", "a cat sat on the mat\nthe dog ran\na cat\n")
+    write(tmp_path / "t.de", "eine katze sass\nder hund lief zum haus\nkatze\n")
+    in_one_process = tokenize_pairs(
+        load_parallel_data(tmp_path / "t", src_lang="en", tgt_lang="de"), tokenizer, 6, 6
+    )
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    script = textwrap.dedent(
+        f"""
+        import json
+        import datasets
+        from transformers import PreTrainedTokenizerFast
+        from hf_vanilla_transformer.training.data import load_parallel_data, tokenize_pairs
+
+        datasets.config.HF_DATASETS_CACHE = {str(tmp_path / "hf_datasets_cache_two")!r}
+        tokenizer = PreTrainedTokenizerFast.from_pretrained({str(tmp_path / "tokenizer")!r})
+        # A cache of its own: map() would otherwise find the one-process result, whatever num_proc.
+        text = load_parallel_data({str(tmp_path / "t")!r}, src_lang="en", tgt_lang="de",
+                                  cache_dir={str(tmp_path / "two")!r})
+        tokenized = tokenize_pairs(text, tokenizer, 6, 6, num_proc=2)
+        print(json.dumps({{"files": len(tokenized.cache_files), "rows": tokenized.to_dict()}}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    in_two_processes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert in_two_processes["files"] == 2, "one file per process"
+    assert in_two_processes["rows"] == in_one_process.to_dict()
 
 
 @pytest.mark.slow
