@@ -283,9 +283,14 @@ def pairs(*rows):
     return datasets.Dataset.from_dict({"src": [r[0] for r in rows], "tgt": [r[1] for r in rows]})
 
 
+def write_three_pairs(prefix):
+    """PREFIX.en / PREFIX.de: three pairs, of which the first's source is 7 tokens with </s>."""
+    write(prefix.with_suffix(".en"), "a cat sat on the mat\nthe dog ran\na cat\n")
+    write(prefix.with_suffix(".de"), "eine katze sass\nder hund lief zum haus\nkatze\n")
+
+
 def test_tokenization_is_cached_in_int32_and_collates_to_int64(tokenizer, tmp_path):
-    write(tmp_path / "t.en", "a cat sat on the mat\nthe dog ran\na cat\n")
-    write(tmp_path / "t.de", "eine katze sass\nder hund lief zum haus\nkatze\n")
+    write_three_pairs(tmp_path / "t")
     text = load_parallel_data(tmp_path / "t", src_lang="en", tgt_lang="de")
     tokenized = tokenize_pairs(text, tokenizer, 6, 6)
     [cache_file] = tokenized.cache_files
@@ -307,14 +312,13 @@ def test_tokenization_is_cached_in_int32_and_collates_to_int64(tokenizer, tmp_pa
     assert batch["labels"][1].tolist()[-1] == -100, "shorter labels are padded with the ignored index"
 
 
-def test_tokenizing_in_two_processes_gives_the_one_process_result(tokenizer, tmp_path):
+def test_tokenizing_in_two_processes_gives_the_one_process_result(tokenizer, tmp_path, datasets_cache):
     """`num_proc=2` writes one cache file per process, and together they hold what one process writes.
 
     map() forks its pool from the calling process. A command forks from a fresh interpreter, so the two
     processes are asked for there: a fork of this test process inherits the threads and locks that earlier
     tests left in it, and can wait for ever on one of them."""
-    write(tmp_path / "t.en", "a cat sat on the mat\nthe dog ran\na cat\n")
-    write(tmp_path / "t.de", "eine katze sass\nder hund lief zum haus\nkatze\n")
+    write_three_pairs(tmp_path / "t")
     in_one_process = tokenize_pairs(
         load_parallel_data(tmp_path / "t", src_lang="en", tgt_lang="de"), tokenizer, 6, 6
     )
@@ -326,7 +330,7 @@ def test_tokenizing_in_two_processes_gives_the_one_process_result(tokenizer, tmp
         from transformers import PreTrainedTokenizerFast
         from hf_vanilla_transformer.training.data import load_parallel_data, tokenize_pairs
 
-        datasets.config.HF_DATASETS_CACHE = {str(tmp_path / "hf_datasets_cache_two")!r}
+        datasets.config.HF_DATASETS_CACHE = {str(datasets_cache)!r}
         tokenizer = PreTrainedTokenizerFast.from_pretrained({str(tmp_path / "tokenizer")!r})
         # A cache of its own: map() would otherwise find the one-process result, whatever num_proc.
         text = load_parallel_data({str(tmp_path / "t")!r}, src_lang="en", tgt_lang="de",
