@@ -27,7 +27,8 @@ import torch
 from tokenizers import Tokenizer, models
 from transformers import MarianConfig, MarianMTModel, PreTrainedTokenizerFast
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.common import cpu_speedups
 from hf_vanilla_transformer.conversion import convert_marian
 
 

@@ -13,7 +13,9 @@ work. `--force eos-bias` (the default) gives the end token a logit bias of -1e4 
 hypothesis ends and decoding runs to `max_new_tokens`, as in a translation without length constraints;
 `--force min-tokens` passes `min_new_tokens` instead, which adds transformers' two minimum-length logits
 processors (each copies the [beams x vocabulary] scores twice per step) to the work of both HF models.
-`ours-no-speedups` is ours with `cpu_speedups.ENABLED = False`.
+Ours decodes as the package's tools decode it (`translation.decoding_context`, with the CPU speed-ups of
+`common.cpu_speedups` on a CPU); `ours-no-speedups` is ours with `cpu_speedups.ENABLED = False`, the model as
+`generate()` runs it.
 Each round runs every engine once in alternating order; a speed-up is the median over rounds of
 t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
 
@@ -59,7 +61,11 @@ from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_c
 from hf_vanilla_transformer.inference.engines.export_common import ExportError, ExportSource
 from hf_vanilla_transformer.inference.engines.onnx import OnnxSeq2SeqLM
 from hf_vanilla_transformer.inference.engines.onnx_graphs import export_onnx
-from hf_vanilla_transformer.inference.translation import quantize_int8  # noqa: E402
+from hf_vanilla_transformer.inference.translation import (  # noqa: E402
+    decoding_cache,
+    decoding_context,
+    quantize_int8,
+)
 
 SEARCHES = {"beam4": 4, "greedy": 1}
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
@@ -80,17 +86,35 @@ def hf_generate(
     beams: int,
     new_tokens: int,
     min_tokens: bool = False,
-    cache: str | None = None,
+    cache_implementation: str | None = None,
+    **kwargs: object,
 ) -> torch.Tensor:
     return model.generate(
         **inputs,
+        **kwargs,
         num_beams=beams,
         do_sample=False,
         max_new_tokens=new_tokens,
         **({"min_new_tokens": new_tokens} if min_tokens else {}),
         **({"early_stopping": True, "length_penalty": 1.0} if beams > 1 else {}),
-        **({"cache_implementation": cache} if cache else {}),
+        **({"cache_implementation": cache_implementation} if cache_implementation else {}),
     )
+
+
+def tools_generate(
+    model: torch.nn.Module,
+    inputs: dict,
+    beams: int,
+    new_tokens: int,
+    min_tokens: bool = False,
+    cache: str | None = None,
+) -> torch.Tensor:
+    """`hf_generate` as this package's tools (`translate`, `serve`, `Translator`) decode on a CPU: with the
+    CPU speed-ups in place (`translation.decoding_context`, `translation.decoding_cache`)."""
+    chosen = {"cache_implementation": cache} if cache else {}
+    with decoding_context(model):
+        extra = decoding_cache(model, beams, chosen)
+        return hf_generate(model, inputs, beams, new_tokens, min_tokens, cache, **extra)
 
 
 def without_cpu_speedups(decode: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -364,11 +388,13 @@ def bench_size(name: str, size: common.Size, args: argparse.Namespace, workdir: 
             "marian": lambda beams: hf_generate(
                 marian, inputs, beams, args.new_tokens, min_tokens, args.cache
             ),
-            "ours": lambda beams: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens, args.cache),
+            "ours": lambda beams: tools_generate(
+                ours, inputs, beams, args.new_tokens, min_tokens, args.cache
+            ),
         }
         if args.device == "cpu":
             engines["ours-no-speedups"] = lambda beams: without_cpu_speedups(
-                lambda: hf_generate(ours, inputs, beams, args.new_tokens, min_tokens, args.cache)
+                lambda: tools_generate(ours, inputs, beams, args.new_tokens, min_tokens, args.cache)
             )
         if dtype == "float32" or args.device != "cpu":  # CTranslate2 on the GPU: beside each dtype
             engines |= extra

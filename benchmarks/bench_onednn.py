@@ -39,11 +39,8 @@ from _common import (  # noqa: E402
     write_result,
 )
 
-from hf_vanilla_transformer import (
-    VanillaTransformerConfig,
-    VanillaTransformerForConditionalGeneration,
-    cpu_speedups,
-)
+from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.common import cpu_speedups
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
 
 SHIPPED = {
@@ -134,7 +131,8 @@ def model_of(size: Size) -> VanillaTransformerForConditionalGeneration:
     config = VanillaTransformerConfig.from_preset(
         "base", vocab_size=size.vocab, d_model=size.d_model, N=size.layers, h=size.heads, d_ff=size.ffn
     )
-    return VanillaTransformerForConditionalGeneration(config)
+    # The linear layers as the package's tools run them on a CPU (`cpu_speedups.CPULinear`).
+    return cpu_speedups.with_cpu_linear_layers(VanillaTransformerForConditionalGeneration(config))
 
 
 def training_steps(size: Size, tokens: int, src_len: int, repeats: int, inner: int) -> dict[str, float]:
@@ -172,7 +170,7 @@ def generation(size: Size, batch: int, src_len: int, new_tokens: int, repeats: i
 
     def run(name: str) -> Callable[[], None]:
         def decode() -> None:
-            with variant(name), torch.inference_mode():
+            with variant(name), torch.inference_mode(), cpu_speedups.weights_fixed_for_decoding():
                 outputs[name] = model.generate(
                     input_ids=src, num_beams=4, max_new_tokens=new_tokens, min_new_tokens=new_tokens
                 )

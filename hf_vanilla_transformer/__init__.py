@@ -10,15 +10,15 @@ or Hub repos with `trust_remote_code=True`.
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
-from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
-from .modeling_vanilla_transformer import (
+from .translation_pipeline import TranslationPipeline, register_translation_pipeline
+from .vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
+from .vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
+from .vanilla_transformer.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
     sinusoidal_position_encoding,
 )
-from .translation_pipeline import TranslationPipeline, register_translation_pipeline
 
 AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
 AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)

@@ -108,7 +108,11 @@ class TranslationPipeline(Pipeline):
         return self.tokenizer(text, return_tensors="pt", truncation=truncation)
 
     def _forward(self, model_inputs: dict[str, Any], **generate_kwargs: Any) -> dict[str, Any]:
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        # From transformers 5.20 the pipeline adds its generation defaults here; before, generate() takes the
+        # call's settings as they are.
+        prepare = getattr(self, "_prepare_generate_kwargs", None)
+        if prepare is not None:
+            generate_kwargs = prepare(generate_kwargs)
         return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
 
     def postprocess(

@@ -22,8 +22,8 @@ import torch  # noqa: E402
 from hf_vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
-    cpu_speedups,
 )
+from hf_vanilla_transformer.common import cpu_speedups
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

@@ -19,6 +19,8 @@ from transformers import GenerationMixin
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.testing_utils import torch_device
 
+from hf_vanilla_transformer.vanilla_transformer.modeling_vanilla_transformer import OUTPUT_CACHE_FIELD
+
 NEW_TOKENS = 4
 
 
@@ -244,14 +246,14 @@ class PaperGenerationChecks:
                 min_new_tokens=2 * NEW_TOKENS,
             )
             first = self._greedy(model, input_ids, attention_mask, return_dict_in_generate=True)
-            self.assertIsInstance(first.cache, EncoderDecoderCache)
+            self.assertIsInstance(getattr(first, OUTPUT_CACHE_FIELD), EncoderDecoderCache)
             continued = model.generate(
                 input_ids,
                 attention_mask=attention_mask,
                 decoder_input_ids=first.sequences,
                 # A mask as long as the ids tells generate() that they hold the cached tokens too.
                 decoder_attention_mask=torch.ones_like(first.sequences),
-                cache=copy.deepcopy(first.cache),
+                cache=copy.deepcopy(getattr(first, OUTPUT_CACHE_FIELD)),
                 max_new_tokens=NEW_TOKENS,
                 min_new_tokens=NEW_TOKENS,
             )
@@ -294,7 +296,7 @@ class PaperGenerationChecks:
                     decoder_input_ids=decoder_input_ids,
                     use_cache=True,
                 )
-            cache = out.cache
+            cache = getattr(out, OUTPUT_CACHE_FIELD)
             self.assertIsInstance(cache, EncoderDecoderCache)
             self.assertEqual(cache.get_seq_length(), 3)
             d_k, d_v = config.decoder_head_dims

@@ -1,7 +1,8 @@
-"""The package's layout is its architecture (docs/architecture.md): the model's own files at the root, which
-`save_pretrained` copies next to the weights, and one folder for each wing, layered so that a wing imports
-only from the wings below it; no module imports itself back through a loop; the benchmarks import what the
-package has; and every module path a docstring gives exists."""
+"""The package's layout is its architecture (docs/architecture.md): the model folder, laid out as
+transformers' own (`save_pretrained` copies its files next to the weights), the package's registrations at
+the root, and one folder for each wing, layered so that a wing imports only from the wings below it; no
+module imports itself back through a loop; the benchmarks import what the package has; and every module
+path a docstring gives exists."""
 
 import ast
 import importlib
@@ -15,21 +16,20 @@ PACKAGE = Path(hf_vanilla_transformer.__file__).resolve().parent
 REPOSITORY = PACKAGE.parent
 # Code outside the package that imports it.
 OUTSIDE_CODE = ("benchmarks",)
-# The model's files: what a saved model carries as its code (`trust_remote_code=True`).
+# The model folder: what a saved model carries as its code (`trust_remote_code=True`).
+MODEL_FOLDER = "vanilla_transformer"
 MODEL_FILES = {
     "__init__",
-    "__main__",
     "configuration_vanilla_transformer",
     "modeling_vanilla_transformer",
-    "embeddings_vanilla_transformer",
     "generation_vanilla_transformer",
-    "cpu_speedups",
-    "hardware",
-    "translation_pipeline",
 }
+# The root: the registrations with transformers, `python -m`, and the translation pipeline.
+ROOT_FILES = {"__init__", "__main__", "translation_pipeline"}
 # Lowest first: a module may import from its own layer and the layers before it.
 LAYERS = [
-    "",  # the model's files at the root
+    MODEL_FOLDER,
+    "",  # the root's files
     "common",
     "evaluation",
     "inference",
@@ -109,11 +109,12 @@ def layer(name: str) -> int:
     return LAYERS.index(top if top in LAYERS else "")
 
 
-def test_the_root_holds_the_model_files_and_the_wings():
+def test_the_root_holds_the_model_folder_and_the_wings():
     files = {path.stem for path in PACKAGE.glob("*.py")}
-    assert files == MODEL_FILES
+    assert files == ROOT_FILES
     folders = {path.name for path in PACKAGE.iterdir() if path.is_dir() and path.name != "__pycache__"}
-    assert folders == set(LAYERS[1:])
+    assert folders == set(LAYERS) - {""}
+    assert {path.stem for path in (PACKAGE / MODEL_FOLDER).glob("*.py")} == MODEL_FILES
 
 
 def test_each_wing_imports_only_from_the_wings_below_it():
@@ -129,8 +130,9 @@ def test_each_wing_imports_only_from_the_wings_below_it():
 
 def test_the_model_files_import_each_other_only():
     known = modules()
-    for name in MODEL_FILES - {"__init__", "__main__"}:
-        assert all(target in MODEL_FILES for target in imports(name, known[name], known)), name
+    folder = {f"{MODEL_FOLDER}.{name}" for name in MODEL_FILES - {"__init__"}}
+    for name in folder:
+        assert all(target in folder for target in imports(name, known[name], known)), name
 
 
 def test_no_module_imports_itself_back():

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import MEASURED_ONEDNN_MINIMA, REPO_ROOT, run_scripts_in_one_interpreter
 
-from hf_vanilla_transformer import cpu_speedups
+from hf_vanilla_transformer.common import cpu_speedups
 
 SCRIPTS = REPO_ROOT / "benchmarks"
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")

@@ -11,9 +11,9 @@ from conftest import MEASURED_ONEDNN_MINIMA, grad_fn_names, tiny_model
 from torch import nn
 from transformers.cache_utils import DynamicLayer
 
-from hf_vanilla_transformer import cpu_speedups
-from hf_vanilla_transformer.modeling_vanilla_transformer import eager_attention_forward
+from hf_vanilla_transformer.common import cpu_speedups
 from hf_vanilla_transformer.training.loss import label_smoothed_cross_entropy
+from hf_vanilla_transformer.vanilla_transformer.modeling_vanilla_transformer import eager_attention_forward
 
 ONEDNN = pytest.mark.skipif(not cpu_speedups._X86_ONEDNN, reason="the oneDNN path is taken on x86 CPUs only")
 
@@ -34,9 +34,11 @@ def training_step(monkeypatch, enabled: bool, **overrides):
     if model.config.output_bias:
         model.final_logits_bias.normal_(generator=torch.Generator().manual_seed(5))
     torch.manual_seed(7)
-    logits = model(input_ids=src, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(tgt)).logits
-    loss = label_smoothed_cross_entropy(logits, tgt, 0.1)  # the training loss, as `train` computes it
-    loss.backward()
+    with cpu_speedups.cpu_training(model):
+        decoder_input_ids = model.prepare_decoder_input_ids_from_labels(tgt)
+        logits = model(input_ids=src, decoder_input_ids=decoder_input_ids).logits
+        loss = label_smoothed_cross_entropy(logits, tgt, 0.1)  # the training loss, as `train` computes it
+        loss.backward()
     return loss, {name: p.grad for name, p in model.named_parameters()}, grad_fn_names(loss)
 
 
@@ -65,7 +67,9 @@ def test_generation_with_and_without_speedups(monkeypatch, num_beams):
     monkeypatch.setattr(cpu_speedups, "ENABLED", False)
     plain = model.generate(**kwargs)
     monkeypatch.setattr(cpu_speedups, "ENABLED", True)
-    fast = model.generate(**kwargs)
+    with cpu_speedups.cpu_decoding(model):
+        cache = {"cache": cpu_speedups.CPUDecodingCache.for_model(model)} if num_beams > 1 else {}
+        fast = model.generate(**kwargs, **cache)
     assert torch.equal(fast.sequences, plain.sequences)
     for ours, theirs in zip(fast.scores, plain.scores):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
@@ -338,11 +342,32 @@ def test_decoding_step_attention_keeps_dropout_and_half_precision_with_sdpa(monk
     assert [call["dropout"] for call in calls] == [0.5, 0.0]
 
 
-def test_the_model_attention_interface_overrides_sdpa_for_this_model_only():
+def test_cpu_decoding_attention_is_registered_under_its_own_name_and_sdpa_stays_transformers():
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    assert cpu_speedups.ATTENTION_FUNCTIONS["sdpa"] is cpu_speedups.sdpa_with_cpu_decoding_steps
+    name = cpu_speedups.CPU_DECODING_ATTENTION
+    assert ALL_ATTENTION_FUNCTIONS[name] is cpu_speedups.sdpa_with_cpu_decoding_steps
+    assert ALL_MASK_ATTENTION_FUNCTIONS[name] is sdpa_mask
     assert ALL_ATTENTION_FUNCTIONS["sdpa"] is not cpu_speedups.sdpa_with_cpu_decoding_steps
+
+
+def test_a_model_prepared_for_cpu_decoding_and_within_cpu_decoding_then_as_it_was():
+    """`cpu_decoding` puts CPULinear layers and the CPU decoding attention in place for the block only;
+    `prepare_for_cpu_decoding` for good. The weights are the model's own either way."""
+    model = tiny_model(attn_implementation="sdpa")
+    weights = {name: p for name, p in model.named_parameters()}
+    with cpu_speedups.cpu_decoding(model):
+        assert model.config._attn_implementation == cpu_speedups.CPU_DECODING_ATTENTION
+        assert type(model.lm_head) is cpu_speedups.CPULinear
+        assert type(model.model.encoder.layers[0].self_attn.q_proj) is cpu_speedups.CPULinear
+        assert {name: p for name, p in model.named_parameters()} == weights
+    assert model.config._attn_implementation == "sdpa"
+    assert not any(type(module) is cpu_speedups.CPULinear for module in model.modules())
+    cpu_speedups.prepare_for_cpu_decoding(model)
+    assert type(model.lm_head) is cpu_speedups.CPULinear
+    assert model.config._attn_implementation == cpu_speedups.CPU_DECODING_ATTENTION
+    assert {name: p for name, p in model.named_parameters()} == weights
 
 
 def test_beam_reordering_fills_a_free_position_and_equals_plain_reordering(monkeypatch):
@@ -361,16 +386,15 @@ def test_beam_reordering_fills_a_free_position_and_equals_plain_reordering(monke
         return original_update(self, key_states, *args, **kw)
 
     monkeypatch.setattr(DynamicLayer, "update", counted_update)
-    filled = model.generate(input_ids=src, **kwargs)
+    filled = model.generate(input_ids=src, cache=cpu_speedups.CPUDecodingCache.for_model(model), **kwargs)
     layers = model.config.decoder_layers
     # Only the first step concatenates: into each self-attention and each cross-attention layer.
     assert len(concatenations) == 2 * layers
-    monkeypatch.setattr(cpu_speedups, "ENABLED", False)
     plain = model.generate(input_ids=src, **kwargs)
     # transformers' way: the first step as above, then 9 more steps concatenating into self-attention.
     assert len(concatenations) == 2 * layers + (2 * layers + 9 * layers)
     assert torch.equal(filled.sequences, plain.sequences)
-    torch.testing.assert_close(filled.sequences_scores, plain.sequences_scores)  # other GEMMs when off
+    torch.testing.assert_close(filled.sequences_scores, plain.sequences_scores)
 
 
 @pytest.mark.parametrize("enabled", [True, False])

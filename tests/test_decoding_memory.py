@@ -39,17 +39,19 @@ def peak_resident_bytes() -> int:
 def warm_up() -> None:
     # The libraries' first use of their kernels, and the child's first touch of the parent's code pages,
     # which decoding itself does not grow.
-    with torch.inference_mode():
+    with torch.inference_mode(), decoding_context(model):
         model.generate(input_ids=ids[:1, :4], attention_mask=torch.ones_like(ids[:1, :4]), num_beams=2,
-                       max_new_tokens=3)
+                       max_new_tokens=3, **decoding_cache(model, 2, {}))
 
 
 def measure(beams: int) -> None:
     warm_up()
     model.generation_config = paper_generation_config(model.config, num_beams=beams, max_length_offset=offset)
     before = peak_resident_bytes()
-    with torch.inference_mode():
-        output = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids))
+    # Decoded as `translate` decodes on a CPU, which is what the estimate is for.
+    with torch.inference_mode(), decoding_context(model):
+        cache = decoding_cache(model, beams, {})
+        output = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **cache)
     grown = peak_resident_bytes() - before
     assert output.shape[1] == source + offset + 2, output.shape  # every beam ran to the limit
     estimate = beam_search_bytes(model.config, batch_size=batch, beams=beams, source_length=source,
@@ -62,6 +64,7 @@ from conftest import tiny_model
 
 from hf_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.inference.decoding_memory import beam_search_bytes
+from hf_vanilla_transformer.inference.translation import decoding_cache, decoding_context
 
 torch.set_num_threads(1)
 vocab, batch, source, offset = map(int, sys.argv[1:5])

@@ -28,7 +28,6 @@ from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.commands import translate as translate_command
 from hf_vanilla_transformer.common.model_location import EXPORT_INFO_FILE
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
-from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty
 from hf_vanilla_transformer.inference.engines.base import detect_engine
 from hf_vanilla_transformer.inference.engines.ctranslate2 import CTranslate2Options, ctranslate2_options
 from hf_vanilla_transformer.inference.engines.ctranslate2_export import (
@@ -43,6 +42,7 @@ from hf_vanilla_transformer.inference.engines.onnx_graphs import ONNX_DECODER_FI
 from hf_vanilla_transformer.inference.engines.shortlist import VMAP_FILE, Shortlist, build_shortlist
 from hf_vanilla_transformer.inference.translator import load_model, load_translator
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
+from hf_vanilla_transformer.vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty
 
 
 def _load_export_script():

@@ -6,7 +6,10 @@ from conftest import tiny_model
 from transformers import GenerationConfig
 
 from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
+from hf_vanilla_transformer.vanilla_transformer.generation_vanilla_transformer import (
+    gnmt_length_penalty,
+    paper_generation_config,
+)
 
 BOS, PAD, EOS = 0, 1, 2
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from hf_vanilla_transformer import cpu_speedups, hardware
-from hf_vanilla_transformer.hardware import CPUFeatures
+from hf_vanilla_transformer.common import cpu_speedups, hardware
+from hf_vanilla_transformer.common.hardware import CPUFeatures
 from hf_vanilla_transformer.training import trainer
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS
 from hf_vanilla_transformer.training.settings import TrainingSettings

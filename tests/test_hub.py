@@ -33,7 +33,6 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, Gener
 from hf_vanilla_transformer import VanillaTransformerConfig
 from hf_vanilla_transformer.commands import command_module
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.hub.model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,
@@ -47,6 +46,7 @@ from hf_vanilla_transformer.hub.model_card import (
 from hf_vanilla_transformer.hub.publishing import push_model
 from hf_vanilla_transformer.inference.translator import load_translator
 from hf_vanilla_transformer.translation_pipeline import TASK
+from hf_vanilla_transformer.vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 
 REPO_ID = "org/vanilla"
 SENTENCES = [
@@ -99,9 +99,6 @@ MAIN_FILES = {
     "model.safetensors",
     "modeling_vanilla_transformer.py",
     "generation_vanilla_transformer.py",
-    "cpu_speedups.py",
-    "hardware.py",
-    "embeddings_vanilla_transformer.py",
     "tokenizer.json",
     "tokenizer_config.json",
     "translation_pipeline.py",
@@ -407,7 +404,7 @@ def test_package_users_load_by_repo_id_and_revision(clients: dict, model_dirs: d
     package_client = clients["package"]
     for name in ("main", "branch"):
         loaded, expected = package_client["loaded"][name], model_dirs["expected"][name]
-        assert loaded["module"] == "hf_vanilla_transformer.modeling_vanilla_transformer"
+        assert loaded["module"] == "hf_vanilla_transformer.vanilla_transformer.modeling_vanilla_transformer"
         assert loaded["pipeline"] == "hf_vanilla_transformer.translation_pipeline"
         assert loaded["digest"] == expected["digest"]
         assert loaded["num_beams"] == expected["num_beams"]

@@ -17,20 +17,30 @@ from hf_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
 from hf_vanilla_transformer.inference import decoding_memory
 from hf_vanilla_transformer.inference.iteration_batching import RunningBeamSearch, unsupported
+from hf_vanilla_transformer.inference.translation import decoding_cache, decoding_context
 from hf_vanilla_transformer.inference.translator import Translator
 
 EOS, PAD = 2, 1
 
 
+def generate_alone(model, source: list[int], **kwargs):
+    """`generate()` on `source` by itself, as `translate` runs it on a CPU: with the package's CPU speed-ups
+    in place (`decoding_context`, `decoding_cache`), which the running batch puts in place too."""
+    beams = model.generation_config.num_beams
+    with torch.inference_mode(), decoding_context(model):
+        return model.generate(
+            input_ids=torch.tensor([source]),
+            attention_mask=torch.ones(1, len(source), dtype=torch.long),
+            num_return_sequences=beams,
+            **decoding_cache(model, beams, kwargs),
+            **kwargs,
+        )
+
+
 def generated_alone(model, source: list[int]) -> list[list[int]]:
     """`generate()` on `source` by itself: every hypothesis the beam keeps, best first, as token ids after
     the decoder start token (the end token kept, the padding dropped)."""
-    beams = model.generation_config.num_beams
-    out = model.generate(
-        input_ids=torch.tensor([source]),
-        attention_mask=torch.ones(1, len(source), dtype=torch.long),
-        num_return_sequences=beams,
-    )
+    out = generate_alone(model, source)
     outputs = []
     for row in out[:, 1:].tolist():
         if EOS in row:
@@ -48,13 +58,7 @@ def random_sources(count: int, seed: int, longest: int = 12) -> list[list[int]]:
 
 def scored_alone(model, source: list[int]) -> list[float]:
     """The scores `generate()` ranks the beam's hypotheses of `source` by, decoded by itself."""
-    out = model.generate(
-        input_ids=torch.tensor([source]),
-        attention_mask=torch.ones(1, len(source), dtype=torch.long),
-        num_return_sequences=model.generation_config.num_beams,
-        output_scores=True,
-        return_dict_in_generate=True,
-    )
+    out = generate_alone(model, source, output_scores=True, return_dict_in_generate=True)
     return out.sequences_scores.tolist()
 
 

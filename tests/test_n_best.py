@@ -16,11 +16,14 @@ from conftest import run_in_process, tiny_model
 
 from hf_vanilla_transformer.commands import translate as translate_command
 from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer
-from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, paper_generation_config
 from hf_vanilla_transformer.inference.alignment import align
 from hf_vanilla_transformer.inference.scoring import token_log_probs
 from hf_vanilla_transformer.inference.translation import translate, translate_n_best
 from hf_vanilla_transformer.inference.translator import load_translator
+from hf_vanilla_transformer.vanilla_transformer.generation_vanilla_transformer import (
+    gnmt_length_penalty,
+    paper_generation_config,
+)
 
 WORDS = "a dog runs in the park two men talk girl reads book sleeps cat sits on mat".split()
 SENTENCES = ["a dog runs in the park", "two men talk", "", "a girl reads a book", "the cat sits on the mat"]

@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.training.loss import label_smoothed_cross_entropy
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer, get_noam_schedule
+from hf_vanilla_transformer.vanilla_transformer.generation_vanilla_transformer import paper_generation_config
 
 PAD, EOS = 1, 2
 FIRST_WORD, VOCAB = 4, 64

@@ -15,11 +15,11 @@ from conftest import tiny_model
 from hf_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.commands import main as command_main
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
-from hf_vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty
 from hf_vanilla_transformer.inference.engines.exporting import export
 from hf_vanilla_transformer.inference.scoring import PairScore, score_pairs
 from hf_vanilla_transformer.inference.translator import load_translator
 from hf_vanilla_transformer.translation_pipeline import TARGET_TOKENIZER_DIR
+from hf_vanilla_transformer.vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
 WORDS = [f"w{i}" for i in range(12)]

@@ -52,11 +52,14 @@ def server(translator: Translator) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained model over the words w0-w15 whose beam search may not end a translation before its
-    300th token: a text of 300 words decodes for seconds, a translation in flight as long as a test needs."""
+    1000th token: a text of 1000 words decodes for seconds, a translation in flight as long as a test
+    needs."""
     torch = pytest.importorskip("torch")
     from hf_vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
     from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
-    from hf_vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+    from hf_vanilla_transformer.vanilla_transformer.generation_vanilla_transformer import (
+        paper_generation_config,
+    )
 
     folder = tmp_path_factory.mktemp("slow-model")
     tokenizer = tokenizer_from_fairseq_dictionary(
@@ -67,7 +70,7 @@ def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "base", vocab_size=len(tokenizer), d_model=32, N=1, h=2, d_ff=32, max_position_embeddings=512
     )
     model = VanillaTransformerForConditionalGeneration(config).eval()
-    model.generation_config = paper_generation_config(config, min_new_tokens=300)
+    model.generation_config = paper_generation_config(config, min_new_tokens=1000)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -195,6 +198,31 @@ def test_unknown_endpoints_are_404_and_wrong_methods_405(server: str) -> None:
         assert wrong.status_code == 405 and wrong.headers["allow"] in wrong.json()["error"]
 
 
+def test_a_request_framed_both_by_content_length_and_chunked_is_refused_and_its_connection_closed(
+    server: str,
+) -> None:
+    """A translation request with both Content-Length and Transfer-Encoding: chunked, and a GET /health
+    pipelined after it on the same connection (what a proxy that framed the first by Content-Length would
+    pass on as a request of its own): the first is answered 400 in JSON, the connection closes, and the
+    second is never answered (RFC 9112, section 6.1)."""
+    body = json.dumps({"q": "w1 w2", "source": "en", "target": "de"}).encode()
+    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    framing = f"Content-Length: {len(chunked)}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    first = head().removesuffix(b"\r\n") + framing + chunked
+    pipelined = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    connection = connect(server)
+    connection.sendall(first + pipelined)
+    data = b""
+    while chunk := connection.recv(65536):  # until the server closes the connection
+        data += chunk
+    connection.close()
+    assert data.count(b"HTTP/1.1 ") == 1, data
+    head_lines, _, answer = data.partition(b"\r\n\r\n")
+    assert head_lines.startswith(b"HTTP/1.1 400 ") and b"connection: close" in head_lines.lower()
+    check_error_shape(400, answer, "POST /translate with Content-Length and Transfer-Encoding")
+    assert "Transfer-Encoding" in json.loads(answer)["error"]
+
+
 def test_an_oversized_body_is_refused_at_once_and_the_connection_closed(server: str) -> None:
     connection = connect(server)
     connection.sendall(head(length=10**7) + b'{"q": "')
@@ -260,7 +288,7 @@ def test_a_second_signal_ends_the_server_at_once_while_a_long_translation_decode
     process, url = start_command(slow_model, "--shutdown-timeout", "60")
     try:
         with ThreadPoolExecutor(1) as pool:
-            body = {"q": " ".join(["w1"] * 300), "source": "en", "target": "de"}
+            body = {"q": " ".join(["w1"] * 1000), "source": "en", "target": "de"}
             answer = pool.submit(httpx.post, f"{url}/translate", json=body, timeout=PATIENCE_S)
             wait_for(lambda: httpx.get(f"{url}/health", timeout=PATIENCE_S).json()["decoding"] == 1)
             process.send_signal(signal.SIGTERM)
@@ -275,6 +303,29 @@ def test_a_second_signal_ends_the_server_at_once_while_a_long_translation_decode
             assert last == f"{second.name} again: stopping now, without answering the requests in flight."
             with pytest.raises(httpx.TransportError):  # cut off: nothing is left to answer it
                 answer.result()
+    finally:
+        process.kill()
+
+
+@pytest.mark.parametrize("when", ["at once", "0.2 s later", "once the server has stopped"])
+def test_a_second_sigterm_at_any_moment_of_a_stop_exits_0(model_dir: Path, when: str) -> None:
+    """SIGTERM with no request in flight, then SIGTERM again: at once, 0.2 s later, or once the server has
+    logged that it stopped (while the process is on its way out). The process exits 0 each time, never
+    killed by the signal."""
+    process, _ = start_command(model_dir)
+    try:
+        process.send_signal(signal.SIGTERM)
+        if when == "0.2 s later":
+            time.sleep(0.2)
+        elif when == "once the server has stopped":
+            lines = []
+            while (line := process.stderr.readline()) and "Finished server process" not in line:
+                lines.append(line)
+            assert line, "".join(lines)  # stderr ended without the line: the process exited already
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=PATIENCE_S)
+        assert process.returncode == 0, stderr
+        assert "Traceback" not in stderr, stderr
     finally:
         process.kill()
 

@@ -18,7 +18,8 @@ from conftest import REPO_ROOT, accelerate_cpu_launcher, run_in_process
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration, cpu_speedups
+from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from hf_vanilla_transformer.common import cpu_speedups
 from hf_vanilla_transformer.evaluation.metrics import corpus_bleu
 from hf_vanilla_transformer.evaluation.tuning import DEFAULT_LENGTH_PENALTIES
 from hf_vanilla_transformer.inference.translation import translate

@@ -27,8 +27,8 @@ from ..figures.plotting import (
     plot_training_curves,
     plot_training_losses_compared,
 )
-from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..training.chatbot import load_chatbot, preprocess_sentence
+from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 ATTENTION_FILES = {
     "encoder": "attention_encoder_self.png",

@@ -22,10 +22,10 @@ from typing import Any
 
 from ..common.cli import ArgumentParser, check_writable, refusals_in_one_line, run_command
 from ..common.settings_schema import add_arguments, flag_name, schema_values
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..training.pipeline import run_training
 from ..training.presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
 from ..training.settings import SET_BY_THE_RUN, TrainingSettings
+from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
 
 __all__ = ["build_parser", "main", "parse_args", "run"]
 

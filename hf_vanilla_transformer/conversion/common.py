@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..common.model_location import TARGET_TOKENIZER_DIR, TOKENIZER_FILES, remove_model_descriptions
-from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 # The BPE files fairseq's hub loader picks up next to a translation model.
 FAIRSEQ_BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model")

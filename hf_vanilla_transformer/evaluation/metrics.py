@@ -12,6 +12,9 @@ Two BLEU scores, which are NOT comparable with each other:
   compounds into `rich ##AT##-##AT## text`, then `multi-bleu.perl`. A correctly translated compound then
   matches three tokens instead of one; tensor2tensor issue #317 reports about +0.7 to +1 BLEU from the
   splitting on newstest2014. Use it only to compare with papers that report tokenized BLEU.
+* `paper_bleu`: that recipe for a given target language, with Moses' own tokenizer rules (sacremoses, the
+  Python port of `tokenizer.perl`) where sacremoses is installed, and compound splitting for German only,
+  as `get_ende_bleu.sh` applies it to its German output.
 
 Two more of sacreBLEU's corpus metrics, on the same detokenized text and with its signatures:
 
@@ -24,10 +27,11 @@ Two more of sacreBLEU's corpus metrics, on the same detokenized text and with it
 
 from __future__ import annotations
 
+import importlib.util
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import evaluate
@@ -41,6 +45,11 @@ needs no network."""
 # tensor2tensor's get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. Matches do not overlap,
 # exactly as in perl, so "a-b-c" becomes "a ##AT##-##AT## b-c".
 _COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)")
+
+# What `tokenized_bleu` takes for Moses' tokenizer (`tokenizer.perl`) instead of a sacreBLEU tokenizer.
+MOSES = "moses"
+# The target languages whose compounds `paper_bleu` splits: `get_ende_bleu.sh` is written for German output.
+COMPOUND_SPLIT_LANGUAGES = frozenset({"de"})
 
 
 @dataclass(frozen=True)
@@ -140,6 +149,42 @@ def split_compounds(tokenized: str) -> str:
     return _COMPOUND_HYPHEN.sub(r"\1 ##AT##-##AT## \2", tokenized)
 
 
+def moses_available() -> bool:
+    """Whether sacremoses, which `tokenize=MOSES` needs, is installed."""
+    return importlib.util.find_spec("sacremoses") is not None
+
+
+def moses_tokenize(line: str, language: str) -> str:
+    """`line` tokenized as `tokenizer.perl -l LANGUAGE` tokenizes it with its defaults (sacremoses): the
+    language's non-breaking prefixes, no aggressive hyphen splitting, and `&`, `|`, `<`, `>`, `'`, `"`, `[`
+    and `]` escaped as HTML entities.
+
+    Raises:
+        ImportError: sacremoses is not installed.
+    """
+    return _moses_tokenizer(language)(line)
+
+
+@cache
+def _moses_tokenizer(language: str) -> Callable[[str], str]:
+    try:
+        from sacremoses import MosesTokenizer
+    except ImportError:
+        raise ImportError(
+            "Moses tokenization needs sacremoses: pip install sacremoses (or use tokenize='13a')."
+        ) from None
+    return partial(MosesTokenizer(lang=language).tokenize, return_str=True, escape=True)
+
+
+def _pretokenizer(tokenize: str, language: str | None) -> tuple[Callable[[str], str], str]:
+    """The pre-tokenization of `tokenized_bleu` and its name in the signature."""
+    if tokenize != MOSES:
+        return BLEU(tokenize=tokenize).tokenizer, tokenize
+    if language is None:
+        raise ValueError("Moses tokenization follows the text's language: give language='de', 'fr', ...")
+    return _moses_tokenizer(language), f"{MOSES}-{language}"
+
+
 def tokenized_bleu(
     hypotheses: Sequence[str],
     references: Sequence[str],
@@ -147,6 +192,7 @@ def tokenized_bleu(
     *,
     tokenize: str = "13a",
     lowercase: bool = False,
+    language: str | None = None,
 ) -> BleuResult:
     """Paper-style tokenized BLEU (Section 6.1), approximating tensor2tensor's `get_ende_bleu.sh`.
 
@@ -154,7 +200,8 @@ def tokenized_bleu(
 
     1. tokenizes each line with sacreBLEU's `tokenize` tokenizer ("13a", the mteval-v13a rules, or
        "intl"), standing in for Moses' `tokenizer.perl -l de`; the two differ on apostrophes, HTML
-       escaping and a few symbols, and Moses' `replace-unicode-punctuation.perl` is not applied;
+       escaping, non-breaking prefixes and a few symbols. `tokenize=MOSES` applies Moses' own rules for
+       `language` instead (`moses_tokenize`). Moses' `replace-unicode-punctuation.perl` is not applied;
     2. if `compound_split`, applies `split_compounds`: every `-` with a non-space character on both sides
        becomes ` ##AT##-##AT## `;
     3. computes corpus BLEU on whitespace-split tokens without smoothing, as `multi-bleu.perl` does
@@ -169,15 +216,18 @@ def tokenized_bleu(
         hypotheses: detokenized system outputs, one per segment.
         references: detokenized references, aligned with `hypotheses`.
         compound_split: apply the `##AT##` compound splitting of step 2.
-        tokenize: sacreBLEU tokenizer used for step 1.
+        tokenize: sacreBLEU tokenizer used for step 1, or `MOSES`.
         lowercase: case-insensitive BLEU in step 3.
+        language: the language of the text, which Moses' rules follow (with `tokenize=MOSES` only).
 
     Raises:
-        ValueError: empty input or different numbers of hypotheses and references.
+        ValueError: empty input, different numbers of hypotheses and references, or `MOSES` without a
+            language.
         TypeError: a single string or a non-string segment was given.
+        ImportError: `MOSES` without sacremoses installed.
     """
     hyps, refs = _validated(hypotheses, references)
-    pretokenizer = BLEU(tokenize=tokenize).tokenizer
+    pretokenizer, pretokenized_by = _pretokenizer(tokenize, language)
 
     def prepare(line: str) -> str:
         tokens = pretokenizer(line)
@@ -187,10 +237,31 @@ def tokenized_bleu(
     metric = BLEU(tokenize="none", smooth_method="none", force=True, lowercase=lowercase)
     score = metric.corpus_score([prepare(h) for h in hyps], [[prepare(r) for r in refs]])
     signature = (
-        f"tokenized|pretok:{tokenize}|compound:{'atat' if compound_split else 'no'}|{metric.get_signature()}"
+        f"tokenized|pretok:{pretokenized_by}|compound:{'atat' if compound_split else 'no'}|"
+        f"{metric.get_signature()}"
     )
     # A BLEUScore's attributes have the names of the metric's figures.
     return _result(vars(score), signature)
+
+
+def paper_bleu(hypotheses: Sequence[str], references: Sequence[str], target_language: str) -> BleuResult:
+    """The paper's BLEU (Section 6.1, Table 2) as tensor2tensor's `get_ende_bleu.sh` computes it: both sides
+    tokenized by Moses' rules for `target_language` (`moses_tokenize`; sacreBLEU's 13a where sacremoses is
+    not installed, which the signature then says), hyphenated compounds split into `##AT##-##AT##` for a
+    German target (`COMPOUND_SPLIT_LANGUAGES`), and case-sensitive `multi-bleu.perl` BLEU on the tokens
+    (`tokenized_bleu`). Not comparable with sacreBLEU's `corpus_bleu`.
+
+    Raises:
+        ValueError: empty input or different numbers of hypotheses and references.
+        TypeError: a single string or a non-string segment was given.
+    """
+    return tokenized_bleu(
+        hypotheses,
+        references,
+        compound_split=target_language in COMPOUND_SPLIT_LANGUAGES,
+        tokenize=MOSES if moses_available() else "13a",
+        language=target_language,
+    )
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,12 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..common.model_location import RESULTS_FILE, TRAINER_STATE_FILE
-from ..modeling_vanilla_transformer import (
+from ..training.averaging import last_checkpoints
+from ..training.schedule import noam_lr
+from ..vanilla_transformer.modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     sinusoidal_position_encoding,
 )
-from ..training.averaging import last_checkpoints
-from ..training.schedule import noam_lr
 
 try:
     from matplotlib import font_manager, ft2font

@@ -28,8 +28,8 @@ from transformers import GenerationConfig
 from ..common.cli import first_line
 from ..common.model_location import RESULTS_FILE, TRAINER_STATE_FILE, read_json_object
 from ..common.text_lines import read_lines
-from ..configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from ..training.legacy import legacy_label_smoothing
+from ..vanilla_transformer.configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 
 CARD_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "template.md"
 NOT_MEASURED = "not measured"
@@ -213,7 +213,7 @@ def card_values(facts: CardFacts) -> dict[str, str]:
         )
     return {
         "repo_id": repo_id,
-        "paper_model": "big" if config.d_model >= PRESETS["big"]["d_model"] else "base",
+        "paper_model": "big" if config.hidden_size >= PRESETS["big"]["hidden_size"] else "base",
         "parameters": f"{num_parameters:,}",
         "d_model": str(config.d_model),
         "layers": f"{config.encoder_layers} / {config.decoder_layers}",

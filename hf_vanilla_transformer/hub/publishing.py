@@ -32,11 +32,11 @@ from ..common.model_location import TARGET_TOKENIZER_DIR, check_holds_tokenizer
 from ..common.model_weights import load_pretrained
 from ..common.tokenization import load_tokenizer
 from ..conversion import FAIRSEQ_BPE_FILES
-from ..generation_vanilla_transformer import paper_generation_config
 from ..inference.engines.ctranslate2_export import export_ctranslate2
 from ..inference.engines.export_common import ExportSource
-from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation_pipeline import find_target_tokenizer
+from ..vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,

@@ -32,8 +32,15 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
-from ..cpu_speedups import FreePositionCacheLayer, eager_cpu, rows_with_free_position
-from ..generation_vanilla_transformer import gnmt_length_penalty, output_length_offset
+from ..common.cpu_speedups import (
+    FreePositionCacheLayer,
+    eager_cpu,
+    prepare_for_cpu_decoding,
+    rows_with_free_position,
+    weights_fixed_for_decoding,
+)
+from ..vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty, output_length_offset
+from ..vanilla_transformer.modeling_vanilla_transformer import OUTPUT_CACHE_FIELD
 from .decoding_memory import check_batch_fits
 from .scoring import end_token_id, model_positions
 
@@ -250,9 +257,9 @@ def _joined(first: _Batch | None, second: _Batch) -> _Batch:
 
 
 class RunningBeamSearch:
-    """The running batch of one model (see the module docstring). Not thread-safe: one thread owns it, and
-    enters `decoding()` around its steps. `generation_config` defaults to the model's; `unsupported` must
-    name none of its settings."""
+    """The running batch of one model (see the module docstring), which it prepares for decoding on a CPU
+    (`prepare_for_cpu_decoding`). Not thread-safe: one thread owns it, and enters `decoding()` around its
+    steps. `generation_config` defaults to the model's; `unsupported` must name none of its settings."""
 
     def __init__(self, model: Any, generation_config: GenerationConfig | None = None) -> None:
         config = generation_config or model.generation_config
@@ -262,7 +269,7 @@ class RunningBeamSearch:
                 f"iteration-level batching implements the paper's beam search and greedy search, not "
                 f"{', '.join(problems)}: decode such settings with generate()."
             )
-        self.model = model
+        self.model = prepare_for_cpu_decoding(model)
         self.config = config
         self.num_beams = config.num_beams or 1
         # Greedy search stops a sentence at its first end token: the search with one beam that stops as
@@ -280,9 +287,9 @@ class RunningBeamSearch:
         self._batch: _Batch | None = None
 
     def decoding(self):
-        """The context to enter around `add` and `step` calls: the model's own, for its fixed weights, with
-        each sentence's attention kept apart from the batch's padding."""
-        return self.model._decoding_context(sentences_apart=True)
+        """The context to enter around `add` and `step` calls: the weights fixed for decoding, with each
+        sentence's attention kept apart from the batch's padding."""
+        return weights_fixed_for_decoding(sentences_apart=True)
 
     def check_fits(self, sentences: int, batch_option: str) -> None:
         """Refuse (ValueError, one line naming `batch_option`) a running batch of `sentences` that could
@@ -349,7 +356,7 @@ class RunningBeamSearch:
             use_cache=True,
             return_dict=True,
         )
-        cache = outputs.cache
+        cache = getattr(outputs, OUTPUT_CACHE_FIELD)
         running_scores = torch.zeros((len(sources), beams), device=device)
         running_scores[:, 1:] = _EXCLUDED  # the first step's candidates come from one beam only
         sentences = []
@@ -402,8 +409,9 @@ class RunningBeamSearch:
             use_cache=True,
             return_dict=True,
         )
-        batch.self_keys = [layer.keys for layer in outputs.cache.self_attention_cache.layers]
-        batch.self_values = [layer.values for layer in outputs.cache.self_attention_cache.layers]
+        self_attention_cache = getattr(outputs, OUTPUT_CACHE_FIELD).self_attention_cache
+        batch.self_keys = [layer.keys for layer in self_attention_cache.layers]
+        batch.self_values = [layer.values for layer in self_attention_cache.layers]
         batch.self_mask = self_mask
         self._batch, finished = self._advance(batch, outputs.logits[:, -1, :])
         return finished

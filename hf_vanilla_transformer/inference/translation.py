@@ -6,6 +6,7 @@ import copy
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,9 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging
 
-from ..cpu_speedups import with_nn_linear_layers
-from ..generation_vanilla_transformer import length_penalty, output_length_offset
+from ..common.cpu_speedups import CPUDecodingCache, cpu_decoding, eager_cpu, with_nn_linear_layers
 from ..translation_pipeline import find_target_tokenizer
+from ..vanilla_transformer.generation_vanilla_transformer import length_penalty, output_length_offset
 from .alignment import align
 from .blank import is_blank
 from .decoding_memory import check_batch_fits, check_beams
@@ -172,8 +173,13 @@ def translate_n_best(
             )
         batch = tokenizer.pad({"input_ids": [encoded[j] for j in indices]}, return_tensors="pt")
         batch = {key: value.to(model.device) for key, value in batch.items()}
-        with torch.inference_mode():
-            generated = model.generate(**batch, num_return_sequences=n_best, **generate_kwargs)
+        with torch.inference_mode(), decoding_context(model):
+            generated = model.generate(
+                **batch,
+                num_return_sequences=n_best,
+                **decoding_cache(model, beams, generate_kwargs),
+                **generate_kwargs,
+            )
         outputs = _output_ids(generated, model)
         # generate() returns each input's n_best rows consecutively.
         hypotheses = hypotheses_of(
@@ -194,6 +200,26 @@ def translate_n_best(
         bar.update(len(indices))
     bar.close()
     return results
+
+
+def decoding_context(model: Any) -> AbstractContextManager[None]:
+    """Where a PyTorch model decodes on a CPU: with this package's CPU speed-ups in place for the block
+    (`cpu_speedups.cpu_decoding`); elsewhere, and for the exported engines, nothing."""
+    if isinstance(model, PreTrainedModel) and model.device.type == "cpu":
+        return cpu_decoding(model)
+    return nullcontext()
+
+
+def decoding_cache(model: Any, beams: int, generate_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The cache argument for a PyTorch model's beam search on a CPU: `CPUDecodingCache`, whose reordering
+    fills a free position instead of copying, unless the call chose its own cache."""
+    chosen = {"cache", "past_key_values", "cache_implementation"} & generate_kwargs.keys()
+    if beams < 2 or chosen or not isinstance(model, PreTrainedModel):
+        return {}
+    weight = next(model.parameters(), None)  # an exported engine's stand-in model has none
+    if weight is None or not eager_cpu(weight):
+        return {}
+    return {"cache": CPUDecodingCache.for_model(model)}
 
 
 def hypotheses_of(

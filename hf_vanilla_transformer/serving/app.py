@@ -26,6 +26,7 @@ its cap. HEAD is answered wherever GET is.
 import asyncio
 import copy
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -48,11 +49,12 @@ from ..inference.iteration_batching import unsupported
 from ..inference.translator import Translator
 from .batcher import Batcher, Decode, Options, QueueFull, Scheduler
 from .detection import LanguageDetector
-from .fields import FORM, MULTIPART, ClientGone, Fields, read_fields
+from .fields import FORM, MULTIPART, ClientGone, Fields, Upload, content_type, read_fields
 from .files import TranslatedFiles
 from .iteration_scheduler import IterationScheduler
 from .limits import ApiKeys, Limits, Refusal, RequestRate
 from .middleware import AnswerWhenStopped, Cors, HeadAsGet
+from .openapi import error_responses, install, request_bodies, request_body
 from .schemas import DetectRequest, LibreTranslateRequest, TranslateFileRequest, TranslateRequest
 
 logger = logging.getLogger(__name__)
@@ -144,10 +146,30 @@ def scheduler_for(translator: Translator, settings: ServerSettings) -> Scheduler
     )
 
 
-def validated(model: type[BaseModel], data: dict[str, Any]) -> Any:
-    """`data` as a `model`; a field missing or of the wrong type is the same 422 as FastAPI's own."""
+# A whole number as a form, a query string, or a LibreTranslate client's JSON spells it.
+DIGITS = re.compile(r"0|[1-9][0-9]*")
+# Integer fields whose JSON value may be a string of digits, as LibreTranslate reads them.
+DIGITS_IN_JSON = frozenset({"alternatives"})
+
+
+def validated(model: type[BaseModel], data: dict[str, Any], form: bool = False) -> Any:
+    """`data` as a `model`, typed as its OpenAPI description says (`openapi`): a JSON body's booleans and
+    integers as JSON's own (LibreTranslate's `alternatives` also as a string of digits), and in a `form` (a
+    form body, a multipart form or the query string, where every value is text) "true" or "false" and a
+    string of digits. A field missing or of another type is the same 422 as FastAPI's own."""
+    typed = dict(data)
+    for name, info in model.model_fields.items():
+        value = typed.get(name)
+        if info.annotation is int and isinstance(value, float) and value.is_integer():
+            typed[name] = int(value)  # JSON Schema's integer: 3.0 is one
+        if not isinstance(value, str):
+            continue
+        if info.annotation is bool and form and value in ("true", "false"):
+            typed[name] = value == "true"
+        elif info.annotation is int and (form or name in DIGITS_IN_JSON) and DIGITS.fullmatch(value):
+            typed[name] = int(value)
     try:
-        return model.model_validate(data)
+        return model.model_validate(typed, strict=True)
     except ValidationError as error:
         raise RequestValidationError(error.errors(include_url=False, include_input=False)) from None
 
@@ -174,16 +196,6 @@ async def _disconnected(request: Request) -> None:
     """Returns once the client of `request` (whose body has been read) goes away."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-
-
-def documented_body(model: type[BaseModel], *content_types: str, file: bool = False) -> dict:
-    """OpenAPI's requestBody for a route that reads its parameters itself (`file`: and a file field)."""
-    schema = model.model_json_schema()
-    if file:
-        schema = copy.deepcopy(schema)
-        schema["properties"]["file"] = {"type": "string", "format": "binary", "description": "a .txt file"}
-        schema["required"] = ["file", *schema.get("required", [])]
-    return {"required": True, "content": {kind: {"schema": schema} for kind in content_types}}
 
 
 def _texts(q: str | list[str]) -> list[str]:
@@ -216,6 +228,15 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         batcher.close()
 
     app = FastAPI(title="vanilla-transformer translation server", description=__doc__, lifespan=lifespan)
+    install(app)
+    bodies = request_bodies(settings.source_lang, settings.target_lang, settings.limits, splittable)
+    # The errors of the endpoints that translate or detect: the key and the rate where the server checks
+    # them, and a full queue.
+    refusals = (400, 413, 422, 503)
+    if settings.api_keys.keys:
+        refusals += (401, 403)
+    if rate is not None:
+        refusals += (429,)
     app.state.batcher = batcher
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     if settings.cors:
@@ -377,7 +398,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         return {"confidence": confidence, "language": settings.source_lang}
 
     async def authorized_fields(request: Request) -> Fields:
-        fields = await read_fields(request, settings.limits.max_body_bytes)
+        fields = await read_fields(request, settings.limits.max_body_bytes, settings.limits.max_segments)
         key = api_key(request, fields.values)
         try:
             settings.api_keys.check(key)
@@ -393,8 +414,9 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     @app.post(
         "/translate",
         summary="Translate (LibreTranslate's API)",
+        responses=error_responses(*refusals, 500),
         openapi_extra={
-            "requestBody": documented_body(LibreTranslateRequest, "application/json", FORM, MULTIPART)
+            "requestBody": request_body(bodies["LibreTranslateRequest"], "application/json", FORM, MULTIPART)
         },
     )
     async def libretranslate(request: Request) -> dict:
@@ -402,7 +424,8 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         {"translatedText": text or [texts], "alternatives": [texts] or [[texts]]}, and with "source":
         "auto" the "detectedLanguage". Each line of a text is translated sentence by sentence (where
         pysbd knows the source language; else whole), as LibreTranslate translates."""
-        body = validated(LibreTranslateRequest, (await authorized_fields(request)).values)
+        fields = await authorized_fields(request)
+        body = validated(LibreTranslateRequest, fields.values, not fields.json)
         check_languages(body.source, body.target)
         if body.format != "text":
             message = f"format {body.format!r}: this server translates plain text; send format text."
@@ -429,7 +452,12 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     @app.post(
         "/detect",
         summary="Detect the language of a text (LibreTranslate's API)",
-        openapi_extra={"requestBody": documented_body(DetectRequest, "application/json", FORM, MULTIPART)},
+        responses=error_responses(*refusals),
+        openapi_extra={
+            "requestBody": request_body(bodies["DetectRequest"], "application/json", FORM, MULTIPART)
+        },
+        # Without its library every request is answered 501: an operation the description leaves out.
+        include_in_schema=detector is not None,
     )
     async def detect(request: Request) -> list[dict]:
         """{"q": text} gives the likeliest languages, best first: [{"confidence": percent, "language":
@@ -441,7 +469,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
                 "language detection needs py3langid, which is not installed here: pip install "
                 "'hf-vanilla-transformer[serve]' (or py3langid), then restart the server.",
             )
-        text = "\n".join(_texts(validated(DetectRequest, fields.values).q))
+        text = "\n".join(_texts(validated(DetectRequest, fields.values, not fields.json).q))
         settings.limits.check_characters(len(text))
         if is_blank(text):
             raise Refusal(400, "q holds no text: send the text whose language to detect.")
@@ -450,14 +478,19 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     @app.post(
         "/translate_file",
         summary="Translate a .txt file (LibreTranslate's API)",
-        openapi_extra={"requestBody": documented_body(TranslateFileRequest, MULTIPART, file=True)},
+        responses=error_responses(*refusals, 500),
+        openapi_extra={"requestBody": request_body(bodies["TranslateFileRequest"], MULTIPART)},
     )
     async def translate_file(request: Request) -> dict:
-        """A multipart form of "file" (.txt, UTF-8), "source" and "target" gives {"translatedFileUrl": URL},
-        where the translated file waits for 30 minutes."""
+        """A multipart form of "file" (a .txt file in UTF-8, or a text part), "source" and "target" gives
+        {"translatedFileUrl": URL}, where the translated file waits for 30 minutes."""
         fields = await authorized_fields(request)
-        body = validated(TranslateFileRequest, fields.values)
+        body = validated(TranslateFileRequest, fields.values, not fields.json)
         upload = fields.files.get("file")
+        text = fields.values.get("file")
+        if upload is None and isinstance(text, str) and content_type(request) == MULTIPART:
+            # A part without a file name is a form field: its text is read as a .txt file's.
+            upload = Upload("file.txt", text.encode("utf-8"))
         if upload is None:
             raise Refusal(400, "no file: send the file to translate as the multipart form field 'file'.")
         check_languages(body.source, body.target)
@@ -475,7 +508,12 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
         key = files.add(f"{name}_{settings.target_lang}{suffix}", content.encode("utf-8"))
         return {"translatedFileUrl": str(request.url_for("download_file", name=key))}
 
-    @app.get("/download_file/{name}", summary="A translated file, by the URL /translate_file gave")
+    @app.get(
+        "/download_file/{name}",
+        summary="A translated file, by the URL /translate_file gave",
+        responses=error_responses(404, 422),
+        response_class=PlainTextResponse,
+    )
     async def download_file(name: str) -> Response:
         stored = files.get(name)
         if stored is None:
@@ -491,13 +529,17 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
     @app.post(
         "/v1/translate",
         summary="Translate, with scores, alignments and attention",
-        openapi_extra={"requestBody": documented_body(TranslateRequest, "application/json", FORM, MULTIPART)},
+        responses=error_responses(*refusals, 500),
+        openapi_extra={
+            "requestBody": request_body(bodies["TranslateRequest"], "application/json", FORM, MULTIPART)
+        },
     )
     async def native(request: Request) -> dict:
         """{"q": text or [texts], "n_best": N, "alignments": bool, "attention": bool, "split_sentences":
         bool} gives {"results": [one per text: {"translations": [n best: {"text", "score", "log_prob",
         "tokens", "alignment", "attention"}], "truncated"}]}."""
-        body = validated(TranslateRequest, (await authorized_fields(request)).values)
+        fields = await authorized_fields(request)
+        body = validated(TranslateRequest, fields.values, not fields.json)
         check_languages(body.source, body.target)
         texts = _texts(body.q)
         settings.limits.check(texts, body.n_best - 1)
@@ -514,18 +556,22 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             results.append(result)
         return {"results": results}
 
-    @app.get("/health", summary="Whether the server answers, and its queue")
+    @app.get("/health", summary="Whether the server answers, and its queue", responses=error_responses())
     async def health() -> dict:
         return {"status": "ok", "queued": batcher.queued, "decoding": batcher.running}
 
-    @app.get("/languages", summary="The language pair (LibreTranslate's shape)")
+    @app.get("/languages", summary="The language pair (LibreTranslate's shape)", responses=error_responses())
     async def languages() -> list[dict]:
         return [
             {"code": settings.source_lang, "name": settings.source_lang, "targets": [settings.target_lang]},
             {"code": settings.target_lang, "name": settings.target_lang, "targets": []},
         ]
 
-    @app.get("/frontend/settings", summary="What LibreTranslate's web page reads of its server")
+    @app.get(
+        "/frontend/settings",
+        summary="What LibreTranslate's web page reads of its server",
+        responses=error_responses(),
+    )
     async def frontend_settings() -> dict:
         keys = bool(settings.api_keys.keys)
         return {
@@ -542,7 +588,11 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             },
         }
 
-    @app.get("/v1/info", summary="The language pair, the engine, the limits, whether a key is needed")
+    @app.get(
+        "/v1/info",
+        summary="The language pair, the engine, the limits, whether a key is needed",
+        responses=error_responses(),
+    )
     async def info() -> dict:
         return {
             "source": settings.source_lang,
@@ -565,7 +615,7 @@ def create_app(translator: Translator, settings: ServerSettings) -> FastAPI:
             },
         }
 
-    @app.get("/v1/stats", summary="What the batches so far held")
+    @app.get("/v1/stats", summary="What the batches so far held", responses=error_responses())
     async def stats() -> dict:
         return batcher.stats_dict()
 

@@ -23,7 +23,7 @@ from .limits import Refusal
 
 FORM = "application/x-www-form-urlencoded"
 MULTIPART = "multipart/form-data"
-# The fields a multipart body may hold: LibreTranslate's, with room for what clients add.
+# The fields a multipart body may hold besides its texts: LibreTranslate's, with room for what clients add.
 MAX_FORM_FIELDS = 64
 
 
@@ -42,10 +42,12 @@ class Upload:
 @dataclass
 class Fields:
     """A request's parameters: `values` (text, or a list of texts for a repeated `q`, or what a JSON body
-    holds) and the `files` of a multipart form, by field name."""
+    holds) and the `files` of a multipart form, by field name; `json`: whether the body was JSON, whose
+    values have JSON's types (else every value is text)."""
 
     values: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Upload] = field(default_factory=dict)
+    json: bool = False
 
 
 def content_type(request: Request) -> str:
@@ -124,14 +126,15 @@ async def read_body(request: Request, cap: int) -> bytes:
     return bytes(body)
 
 
-async def _multipart(request: Request, body: bytes) -> Fields:
-    """The fields and files of a multipart form `body` (already read, within its cap)."""
+async def _multipart(request: Request, body: bytes, max_texts: int) -> Fields:
+    """The fields and files of a multipart form `body` (already read, within its cap), of at most
+    `max_texts` texts and `MAX_FORM_FIELDS` other fields."""
 
     async def replay() -> Message:
         return {"type": "http.request", "body": body, "more_body": False}
 
     try:
-        form = await Request(request.scope, replay).form(max_files=1, max_fields=MAX_FORM_FIELDS)
+        form = await Request(request.scope, replay).form(max_files=1, max_fields=max_texts + MAX_FORM_FIELDS)
     except HTTPException as error:
         raise Refusal(422, f"the body is not multipart form data: {error.detail}") from None
     pairs, files = [], {}
@@ -143,15 +146,15 @@ async def _multipart(request: Request, body: bytes) -> Fields:
     return Fields(_pairs_to_values(pairs), files)
 
 
-async def read_fields(request: Request, cap: int) -> Fields:
+async def read_fields(request: Request, cap: int, max_texts: int = 0) -> Fields:
     """The parameters of `request`: its query string's, updated with its body's (a JSON object, a form or a
-    multipart form; an empty body adds none). A body that is not what its type says, or a field that is not
-    text, is a 422."""
+    multipart form of up to `max_texts` texts; an empty body adds none). A body that is not what its type
+    says, or a field that is not text, is a 422."""
     query = _pairs_to_values(_urlencoded(request.scope["query_string"], "query string"))
     body = await read_body(request, cap)
     kind = content_type(request)
     if kind == MULTIPART:
-        fields = await _multipart(request, body)
+        fields = await _multipart(request, body, max_texts)
     elif kind == FORM:
         fields = Fields(_pairs_to_values(_urlencoded(body, "body")))
     elif not body:
@@ -163,8 +166,8 @@ async def read_fields(request: Request, cap: int) -> Fields:
             raise Refusal(422, f"the body is not a JSON object: {str(error)[:200]}") from None
         if not isinstance(data, dict):
             raise Refusal(422, f"the body is a JSON {type(data).__name__}; send a JSON object.")
-        fields = Fields(data)
-    merged = Fields({**query, **fields.values}, fields.files)
+        fields = Fields(data, json=True)
+    merged = Fields({**query, **fields.values}, fields.files, fields.json)
     check_text(merged.values, merged.files)
     return merged
 

@@ -7,8 +7,11 @@ open as the process may open files, and answers a request it cannot parse, or on
 limit, in plain text. `GuardedH11Protocol` gives each request `Timeouts.header_s` for its headers and then
 `Timeouts.body_s` for its body, answers 408 in JSON when one runs out, answers a malformed request 400 in
 JSON, and answers a connection beyond `max_connections` 503 in JSON, so that every answer has the server's
-one error shape. A SIGTERM or Ctrl-C stops the server once the requests in flight are answered
-(`Timeouts.shutdown_s` at most), and the process exits 0; a second one ends it at once.
+one error shape. A request that gives both Content-Length and Transfer-Encoding is refused 400 (JSON) and
+its connection closed (RFC 9112, section 6.1): a proxy in front that framed it by Content-Length would read
+the rest of its chunked body as a request of its own (request smuggling). A SIGTERM or Ctrl-C stops the
+server once the requests in flight are answered (`Timeouts.shutdown_s` at most), and the process exits 0; a
+second one, however late it comes, ends it at once.
 
 uvicorn trusts X-Forwarded-For from 127.0.0.1 unless told otherwise, which would let any process on the
 machine pass for any address (and so escape a request rate): here the headers are read only where
@@ -16,6 +19,7 @@ machine pass for any address (and so escape a request rate): here the headers ar
 """
 
 import asyncio
+import contextlib
 import errno
 import ipaddress
 import json
@@ -24,15 +28,19 @@ import resource
 import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import h11
 import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import HANDLED_SIGNALS
 
 from ..common.model_location import RESULTS_FILE, read_json_object
 
@@ -109,16 +117,47 @@ def parse_forwarded_allow_ips(text: str) -> str:
     return ",".join(entries)
 
 
+AMBIGUOUS_FRAMING = (
+    "the request gives both Content-Length and Transfer-Encoding, which frame its body differently; send "
+    "one of them."
+)
+
+
+class SingleFramingConnection(h11.Connection):
+    """h11's server side, refusing a request whose head gives both Content-Length and Transfer-Encoding: h11
+    would frame its body by Transfer-Encoding and keep the connection for the next request, while a proxy
+    that framed it by Content-Length would see a different next request. `refused` holds why it was
+    refused (None: nothing was)."""
+
+    refused: str | None = None
+
+    def next_event(self) -> object:
+        event = super().next_event()
+        if isinstance(event, h11.Request):
+            names = {name for name, _ in event.headers}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                self.refused = AMBIGUOUS_FRAMING
+                raise h11.RemoteProtocolError(AMBIGUOUS_FRAMING, error_status_hint=400)
+        return event
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a clock on each request: its headers must arrive within
     `timeouts.header_s` and its body within `timeouts.body_s` after them, or it is answered 408 (JSON) and
     the connection closed; a connection that sends nothing is closed. A request that cannot be parsed is
     answered 400 (JSON). A connection that would make more than `max_connections` open is answered 503
-    (JSON, with Retry-After) as it opens, and closed. Subclassed per server by `guarded_protocol`, which
-    sets `timeouts` and `max_connections`."""
+    (JSON, with Retry-After) as it opens, and closed. A request with both Content-Length and
+    Transfer-Encoding is answered 400 (JSON) before the app sees it, and the connection closed
+    (`SingleFramingConnection`). Subclassed per server by `guarded_protocol`, which sets `timeouts` and
+    `max_connections`."""
 
     timeouts = Timeouts()
     max_connections: int | None = None
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        # As uvicorn makes its own, with the head's size limit `server_for` sets.
+        self.conn = SingleFramingConnection(h11.SERVER, config.h11_max_incomplete_event_size or 64 * 1024)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._clock: asyncio.TimerHandle | None = None
@@ -151,9 +190,11 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
+        refused = getattr(self.conn, "refused", None)
         self._answer_and_close(
             400,
-            "the server cannot parse this HTTP request (its request line, a header or Content-Length is "
+            refused
+            or "the server cannot parse this HTTP request (its request line, a header or Content-Length is "
             "malformed, or its head is too long); send a well-formed HTTP/1.1 request.",
         )
 
@@ -232,9 +273,28 @@ class GracefulServer(uvicorn.Server):
 
     A second signal ends the process at once, with `exit_status` and one line on stderr, and without
     Python's shutdown: that would cancel the requests' tasks mid-answer and tear down the interpreter under
-    the worker thread still decoding in torch, which aborts the process (SIGABRT)."""
+    the worker thread still decoding in torch, which aborts the process (SIGABRT). Once a signal has stopped
+    the server, the process is on its way out with status 0, and a further SIGTERM or SIGINT is ignored:
+    uvicorn would put back the default handlers (SIGTERM's kills the process by the signal, SIGINT's raises
+    KeyboardInterrupt wherever the interpreter is), and Python puts them back itself for a handler of its
+    own while the interpreter shuts down, but leaves an ignored signal ignored."""
+
+    stopped_by_signal = False
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, signal.SIG_IGN if self.stopped_by_signal else handler)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.stopped_by_signal = True
         if self.should_exit:
             name = signal.Signals(sig).name
             # Python's buffered streams hold what was logged; nothing else is written past this point.
@@ -325,6 +385,7 @@ def check_port(host: str, port: int) -> None:
 __all__ = [
     "GracefulServer",
     "GuardedH11Protocol",
+    "SingleFramingConnection",
     "Timeouts",
     "check_port",
     "default_max_connections",

@@ -56,8 +56,8 @@ from ..common.model_weights import load_pretrained
 from ..common.settings_schema import check_settings, setting
 from ..common.text_lines import count_lines
 from ..common.tokenization import train_shared_bpe_tokenizer
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .loss import LabelSmoothedSeq2SeqTrainer
 from .progress import TrainingClock, show_progress_lines, use_progress_bar
 from .resume import (

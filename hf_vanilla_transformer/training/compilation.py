@@ -38,7 +38,10 @@ from torch import nn
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from ..modeling_vanilla_transformer import VanillaTransformerDecoderLayer, VanillaTransformerEncoderLayer
+from ..vanilla_transformer.modeling_vanilla_transformer import (
+    VanillaTransformerDecoderLayer,
+    VanillaTransformerEncoderLayer,
+)
 from .loss import label_smoothed_cross_entropy
 
 logger = logging.get_logger(__name__)

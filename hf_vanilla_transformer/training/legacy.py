@@ -17,7 +17,10 @@ from transformers import PreTrainedConfig
 from transformers.utils import logging
 
 from ..common.model_location import loading
-from ..configuration_vanilla_transformer import LEGACY_LABEL_SMOOTHING, VanillaTransformerConfig
+from ..vanilla_transformer.configuration_vanilla_transformer import (
+    LEGACY_LABEL_SMOOTHING,
+    VanillaTransformerConfig,
+)
 from .presets import TrainingPreset
 
 logger = logging.get_logger(__name__)

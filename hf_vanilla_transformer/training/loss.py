@@ -20,7 +20,7 @@ from torch import nn
 from transformers import Seq2SeqTrainer
 from transformers.modeling_outputs import ModelOutput
 
-from ..cpu_speedups import eager_cpu
+from ..common.cpu_speedups import eager_cpu
 
 if TYPE_CHECKING:
     from .compilation import CompiledTrainingLoss

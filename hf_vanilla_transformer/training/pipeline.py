@@ -15,7 +15,7 @@
    the tokens/s figure cover the whole run;
 7. the final model (`_finish`): the last K checkpoints averaged (Section 6.1), evaluated with the paper's
    beam search and sacreBLEU (`run_report`), its length penalty chosen on the dev set where the recipe says
-   so, and saved with `results.json`.
+   so, and saved with `results.json`, which names the run's data and model folder relative to the run.
 
 `run_training` is what the `train` command calls; tests call it too. Progress goes to the
 `hf_vanilla_transformer` logger (`transformers.utils.logging`), from the main process only.
@@ -40,12 +40,13 @@ from transformers import (
 )
 from transformers.utils import is_torch_tf32_available, logging
 
+from ..common.cpu_speedups import cpu_training
 from ..common.model_location import RESULTS_FILE
 from ..common.model_weights import load_pretrained
 from ..common.tokenization import load_tokenizer, train_shared_bpe_tokenizer
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..generation_vanilla_transformer import paper_generation_config
-from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
+from ..vanilla_transformer.generation_vanilla_transformer import paper_generation_config
+from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .averaging import average_checkpoints, last_checkpoints
 from .backtranslation import (
     check_tag,
@@ -70,7 +71,7 @@ from .resume import (
     recipe_record,
     write_run_record,
 )
-from .run_report import final_scores, format_summary
+from .run_report import final_scores, format_summary, results_record
 from .schedule import build_paper_optimizer, get_noam_schedule
 from .settings import SET_BY_THE_RUN, TrainingSettings
 from .subword_dropout import SubwordDropoutDataset
@@ -117,7 +118,8 @@ class _Data:
 
 
 def run_training(settings: TrainingSettings) -> dict[str, Any]:
-    """Train, average, evaluate and save; returns (and writes to results.json) the run's figures."""
+    """Train, average, evaluate and save; returns the run's figures, which results.json records with the data
+    and the model folder named relative to the run (`run_report.results_record`)."""
     run = _start_run(settings)
     data = _load_data(run)
     tokenizer, model = _tokenizer_and_model(run, data)
@@ -419,9 +421,10 @@ def _train(run: _Run, trainer: TokenBudgetSeq2SeqTrainer) -> None:
         + ("the step compiled (--no-compile: eager), " if recipe.compile else "")
         + f"output {run.output_dir}"
     )
-    on_cpu_in_bf16 = run.precision == "bf16" and not torch.cuda.is_available()
-    with cpu_bf16_training(model) if on_cpu_in_bf16 else nullcontext():
-        trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
+    on_cpu = not torch.cuda.is_available()
+    with cpu_training(model) if on_cpu else nullcontext():
+        with cpu_bf16_training(model) if on_cpu and run.precision == "bf16" else nullcontext():
+            trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
 
 
 def _finish(
@@ -538,7 +541,8 @@ def _score_and_save(
     results: dict[str, Any],
 ) -> dict[str, Any]:
     """The final model's dev and test BLEU (its length penalty chosen on the dev set where the recipe says
-    so), saved with its tokenizer, generation config and `results`, which it returns with the scores."""
+    so; the test BLEU the paper's way too), saved with its tokenizer, generation config and `results`
+    (with no absolute local path: `run_report.results_record`), which it returns with the scores."""
     settings = run.settings
     final_dir = run.output_dir / FINAL_MODEL_DIR
     model.save_pretrained(final_dir)
@@ -552,10 +556,12 @@ def _score_and_save(
         num_beams=settings.num_beams,
         batch_size=settings.eval_batch_size,
         tune_length_penalty=run.recipe.tune_length_penalty and settings.num_beams > 1,
+        target_language=settings.tgt_lang,
     )
     # The length penalty chosen on the dev set, for every later translation with the model.
     model.generation_config.save_pretrained(final_dir)
-    (final_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    record = results_record(results, run.output_dir)
+    (final_dir / RESULTS_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     logger.info(format_summary(results))
     return results
 

@@ -16,7 +16,10 @@ from transformers.trainer_utils import rotate_checkpoints
 from transformers.utils import logging
 
 from ..common.model_location import TRAINER_STATE_FILE
-from ..configuration_vanilla_transformer import LEGACY_LABEL_SMOOTHING, VanillaTransformerConfig
+from ..vanilla_transformer.configuration_vanilla_transformer import (
+    LEGACY_LABEL_SMOOTHING,
+    VanillaTransformerConfig,
+)
 from .averaging import last_checkpoints
 from .legacy import with_legacy_recipe_fields
 from .presets import TrainingPreset

@@ -1,15 +1,18 @@
 """What a finished training run reports (Section 6.1): its final model's BLEU on the dev and test sets with
 the paper's beam search, the length penalty chosen on the dev set where the recipe asks for it (the paper's
-alpha was "chosen after experimentation on the development set"), the first test translations, and the
-summary box printed at the end."""
+alpha was "chosen after experimentation on the development set"), the test BLEU computed the paper's way
+too, the first test translations, the summary box printed at the end, and what `results.json` records of it
+all, with no local path that would mean nothing elsewhere (`results_record`)."""
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging
 
-from ..evaluation.metrics import BleuResult, corpus_bleu
+from ..evaluation.metrics import BleuResult, corpus_bleu, paper_bleu
 from ..evaluation.tuning import DEFAULT_LENGTH_PENALTIES, DecodingChoice, search_decoding
 from ..inference.translator import Translator
 
@@ -43,9 +46,12 @@ def final_scores(
     num_beams: int,
     batch_size: int,
     tune_length_penalty: bool,
+    target_language: str | None = None,
 ) -> dict[str, Any]:
     """Translate the dev and test sets (either may be None) with `model`'s generation config and beam size
-    `num_beams`, and score them with sacreBLEU; `test_set` names the test set in the results.
+    `num_beams`, and score them with sacreBLEU; `test_set` names the test set in the results. Given the
+    `target_language`, the test translations are also scored the paper's way (`metrics.paper_bleu`:
+    tokenized, German compounds split), as `paper_bleu` and `paper_bleu_signature`.
 
     With `tune_length_penalty` (and a dev set), the dev set is translated once per length penalty of
     `tuning.DEFAULT_LENGTH_PENALTIES` and the best is written into `model.generation_config`, so that the
@@ -78,6 +84,10 @@ def final_scores(
         _log_bleu("test", bleu, len(test[0]), decoding)
         results.update(test_set=test_set, test_sentences=len(test[0]), bleu=bleu.score)
         results["bleu_signature"] = bleu.signature
+        if target_language is not None:
+            tokenized = paper_bleu(hypotheses, test[1], target_language)
+            results.update(paper_bleu=tokenized.score, paper_bleu_signature=tokenized.signature)
+            logger.info(f"test BLEU the paper's way {tokenized.score:.2f} {tokenized.signature}")
         results["samples"] = [
             {"source": source, "reference": reference, "translation": hypothesis}
             for source, reference, hypothesis in zip(*test, hypotheses[:SAMPLES])
@@ -104,6 +114,10 @@ def format_summary(results: dict[str, Any]) -> str:
         lines.append("  |  ".join(dev))
     if "bleu" in results:
         lines.append(f"test BLEU {results['bleu']:.2f}  ({results['test_set']})  {results['bleu_signature']}")
+    if "paper_bleu" in results:
+        lines.append(
+            f"test BLEU the paper's way {results['paper_bleu']:.2f}  {results['paper_bleu_signature']}"
+        )
     for sample in results.get("samples", [])[:3]:
         lines += [
             f"  src: {sample['source']}",
@@ -127,3 +141,42 @@ def early_stopping_summary(record: dict[str, Any], steps: int) -> str:
     if record["stopped_early"]:
         return f"stopped early at step {steps} ({patience} dev evaluations without a better {metric}): {best}"
     return f"never {patience} dev evaluations in a row without a better {metric}: {best}"
+
+
+# The results that name data or folders: where local, `results_record` records them relative to the run.
+DATA_KEYS = ("dataset", "test_set")
+MODEL_DIR_KEY = "model_dir"
+
+
+def is_local_path(name: str) -> bool:
+    """Whether `name` is a local file, folder or file prefix (`corpus/train` for `corpus/train.en`) rather
+    than a `datasets` name such as `wmt14` or `bentrevett/multi30k`: an absolute path, a path that exists,
+    or one whose folder exists (where that is not the current folder)."""
+    path = Path(name)
+    return path.is_absolute() or path.exists() or (path.parent != Path(".") and path.parent.is_dir())
+
+
+def run_relative_name(name: str, run_dir: str | Path) -> str:
+    """`name` as `results.json` records it: a local path relative to the run folder `run_dir`, starting
+    with `./` or `../` (so that it cannot be read as a `datasets` name), and a `datasets` name as it is.
+
+    A path on another drive than the run (Windows) has no relative form: its last part alone is recorded."""
+    if not is_local_path(name):
+        return name
+    path, run = Path(name).resolve(), Path(run_dir).resolve()
+    try:
+        relative = Path(os.path.relpath(path, run)).as_posix()
+    except ValueError:
+        return f"./{path.name}"
+    return relative if relative.startswith("../") or relative == ".." else f"./{relative}"
+
+
+def results_record(results: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
+    """What `results.json` records of a run's `results`, which the model's folder carries wherever it is
+    published: its training and test data (`DATA_KEYS`) and its model folder named relative to the run
+    folder `run_dir` (`run_relative_name`), never by an absolute path of this machine."""
+    record = dict(results)
+    for key in (*DATA_KEYS, MODEL_DIR_KEY):
+        if record.get(key) is not None:
+            record[key] = run_relative_name(str(record[key]), run_dir)
+    return record

@@ -15,7 +15,7 @@ from transformers.integrations.integration_utils import (
 
 from ..common.cli import non_negative_int, positive_int, random_seed
 from ..common.settings_schema import check_settings, optional_copy, setting
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
 from .backtranslation import DEFAULT_TAG, check_synthetic_settings, tag_token
 from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
 

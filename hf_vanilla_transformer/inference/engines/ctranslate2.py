@@ -31,7 +31,7 @@ from transformers import GenerationConfig
 
 from ...common.cli import first_line
 from ...common.text_lines import iter_lines
-from ...generation_vanilla_transformer import length_penalty, output_length_offset
+from ...vanilla_transformer.generation_vanilla_transformer import length_penalty, output_length_offset
 from .base import Engine, LoadOptions
 from .ctranslate2_export import CTRANSLATE2_QUANTIZATIONS, export_ctranslate2
 from .export_common import (

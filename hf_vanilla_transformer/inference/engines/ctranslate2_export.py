@@ -11,8 +11,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from ...configuration_vanilla_transformer import VanillaTransformerConfig
-from ...modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ...vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
+from ...vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..alignment import alignment_layer
 from .export_common import ExportError, ExportSource, _prepare_output, _save_companions, require_packages
 from .shortlist import VMAP_FILE, Shortlist

@@ -15,8 +15,9 @@ from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput
 
-from ...configuration_vanilla_transformer import VanillaTransformerConfig
-from ...generation_vanilla_transformer import PaperDecodingMixin
+from ...vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
+from ...vanilla_transformer.generation_vanilla_transformer import PaperDecodingMixin
+from ...vanilla_transformer.modeling_vanilla_transformer import OUTPUT_CACHE_FIELD, accepts_past_key_values
 from .base import Engine, LoadOptions
 from .export_common import ExportSource, check_source_lengths, damaged_export, export_info, require_packages
 from .onnx_graphs import (
@@ -124,6 +125,7 @@ class OnnxSeq2SeqLM(PaperDecodingMixin, PreTrainedModel, GenerationMixin):
         shape = (batch, config.decoder_layers, config.decoder_attention_heads, 0)
         return torch.zeros(*shape, d_k), torch.zeros(*shape, d_v)
 
+    @accepts_past_key_values
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -171,7 +173,7 @@ class OnnxSeq2SeqLM(PaperDecodingMixin, PreTrainedModel, GenerationMixin):
         )
         if self_attention_cache is not None:
             self_attention_cache.update(new_keys, new_values, 0)
-        return Seq2SeqLMOutput(logits=logits, cache=cache)
+        return Seq2SeqLMOutput(logits=logits, **{OUTPUT_CACHE_FIELD: cache})
 
 
 class OnnxEngine(Engine):

@@ -1,27 +1,27 @@
-"""CPU speed-ups for the model, each computing the same numbers as the plain torch code it stands in for
-(up to float rounding), and each reached through a module's own `forward` or a transformers interface:
+"""CPU speed-ups that this package's tools apply to a loaded model, each computing the same numbers as the
+plain torch code it stands in for (up to float rounding), and each reached through a module's own `forward`
+or a registered transformers interface. The model itself is plain transformers code; a user who calls
+`model.generate()` directly gets it as it is.
 
 - `CPULinear`: an `nn.Linear` whose large float32 products on AMD CPUs run through oneDNN rather than
   torch's default GEMM (MKL, which takes its AVX2 path there); small ones, where the default GEMM was
-  faster, stay with it, and so do Intel CPUs, where MKL takes its AVX-512 path. Within one `generate()`
-  call, weights are packed once into oneDNN's blocked layout (`weights_fixed_for_decoding`).
-- `ATTENTION_FUNCTIONS`: the model's own `AttentionInterface`, whose "sdpa" runs a decoding step (one
-  query row, no gradient) on a CPU as two plain matmuls, where SDPA's kernels cost more than the products.
+  faster, stay with it, and so do Intel CPUs, where MKL takes its AVX-512 path. Within one decoding call
+  (`weights_fixed_for_decoding`), weights are packed once into oneDNN's blocked layout.
+- `CPU_DECODING_ATTENTION`: an attention implementation registered with transformers'
+  `AttentionInterface`, SDPA except that a decoding step (one query row, no gradient) on a CPU runs as two
+  plain matmuls, where SDPA's kernels cost more than the products.
 - `FreePositionCacheLayer`: beam search's cache reordering writes into a buffer one position longer, which
-  the next decoding step fills instead of concatenating.
+  the next decoding step fills instead of concatenating (`CPUDecodingCache`).
 - `FastMaskDropout` / `fast_dropout_masks`: dropout masks drawn 32 bits per element, for bf16 training
   on CPUs, swapped in for the length of a training run.
 
-Each applies only where it was measured to help (CPU, dtype, not under torch.compile or torch.func), and
-none changes saved weights or the config. `ENABLED` turns them all off: set the environment variable
-`VANILLA_TRANSFORMER_CPU_SPEEDUPS=0` before import, or `hf_vanilla_transformer.cpu_speedups.ENABLED =
-False` at run time (a model loaded with `trust_remote_code=True` runs the copy of this module saved beside
-its weights, which only the environment variable reaches). Nothing here patches torch or transformers:
-wrappers (accelerate's offload hooks, PEFT adapters, quantizers) see ordinary `nn.Linear` and `nn.Dropout`
-modules and run them as such.
-
-This module is copied next to saved weights for `trust_remote_code=True` users, so it imports the
-package only relatively.
+`cpu_decoding(model)` and `cpu_training(model)` put them in place for a block and take them out after;
+`prepare_for_cpu_decoding(model)` puts them in place for good, for a model loaded only to translate. Each
+applies only where it was measured to help (CPU, dtype, not under torch.compile or torch.func), and none
+changes saved weights or the config. `ENABLED` turns them all off: set the environment variable
+`VANILLA_TRANSFORMER_CPU_SPEEDUPS=0` before import, or `hf_vanilla_transformer.common.cpu_speedups.ENABLED =
+False` at run time. Nothing here patches torch or transformers: wrappers (accelerate's offload hooks, PEFT
+adapters, quantizers) see ordinary `nn.Linear` and `nn.Dropout` modules and run them as such.
 """
 
 import os
@@ -34,9 +34,10 @@ from contextvars import ContextVar
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers.cache_utils import DynamicLayer
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.modeling_utils import AttentionInterface
+from transformers.masking_utils import sdpa_mask
 from transformers.utils import is_torchdynamo_compiling
 
 from .hardware import CPUFeatures, cpu_features
@@ -224,18 +225,82 @@ class CPULinear(nn.Linear):
         return _onednn_linear(x, _decoding_weight(self, weight), bias)
 
 
+def _swap_linear_layers(model: nn.Module, old: type[nn.Linear], new: type[nn.Linear]) -> nn.Module:
+    """`model`, changed in place: each module of exactly type `old` replaced by a `new` holding the same
+    parameters."""
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if type(child) is old:
+                swapped = new(child.in_features, child.out_features, child.bias is not None, device="meta")
+                swapped.weight, swapped.bias = child.weight, child.bias
+                swapped.train(child.training)
+                setattr(parent, name, swapped)
+    return model
+
+
 def with_nn_linear_layers(model: nn.Module) -> nn.Module:
     """`model`, changed in place: each `CPULinear` replaced by an `nn.Linear` holding the same parameters,
     for tools that match module types exactly (torch.ao's `quantize_dynamic`)."""
-    for parent in list(model.modules()):
-        for name, child in parent.named_children():
-            if type(child) is CPULinear:
-                plain = nn.Linear(
-                    child.in_features, child.out_features, child.bias is not None, device="meta"
-                )
-                plain.weight, plain.bias = child.weight, child.bias
-                setattr(parent, name, plain)
+    return _swap_linear_layers(model, CPULinear, nn.Linear)
+
+
+def with_cpu_linear_layers(model: nn.Module) -> nn.Module:
+    """`model`, changed in place: each `nn.Linear` replaced by a `CPULinear` holding the same parameters.
+    Subclasses (PEFT's adapters, quantized layers) keep their own."""
+    return _swap_linear_layers(model, nn.Linear, CPULinear)
+
+
+def prepare_for_cpu_decoding(model: nn.Module) -> nn.Module:
+    """`model`, changed in place for decoding on a CPU: `CPULinear` layers, and SDPA's decoding steps as plain
+    matmuls (`CPU_DECODING_ATTENTION`) where the model attends with SDPA. Nothing changes on another device,
+    with the speed-ups off, or in the weights and saved config."""
+    weight = next(model.parameters(), None)  # an exported engine's stand-in model has none
+    if not ENABLED or weight is None or weight.device.type != "cpu":
+        return model
+    with_cpu_linear_layers(model)
+    config = getattr(model, "config", None)
+    if config is not None and config._attn_implementation == "sdpa":
+        model.set_attn_implementation(CPU_DECODING_ATTENTION)
     return model
+
+
+def _linear_layers(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    return [
+        (parent, name, child)
+        for parent in list(model.modules())
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear
+    ]
+
+
+@contextmanager
+def cpu_decoding(model: nn.Module) -> Iterator[None]:
+    """Within the block, `model` as `prepare_for_cpu_decoding` makes it, its weights packed once per use
+    (`weights_fixed_for_decoding`); on the way out it is the model it was, as a run saves it."""
+    originals, attention = _linear_layers(model), model.config._attn_implementation
+    prepare_for_cpu_decoding(model)
+    try:
+        with weights_fixed_for_decoding():
+            yield
+    finally:
+        for parent, name, child in originals:
+            setattr(parent, name, child)
+        if model.config._attn_implementation != attention:
+            model.set_attn_implementation(attention)
+
+
+@contextmanager
+def cpu_training(model: nn.Module) -> Iterator[None]:
+    """Within the block, the model's linear layers are `CPULinear` (oneDNN's float32 products for the large
+    training products of AMD CPUs); on the way out they are the model's own again."""
+    originals = _linear_layers(model)
+    if ENABLED:
+        with_cpu_linear_layers(model)
+    try:
+        yield
+    finally:
+        for parent, name, child in originals:
+            setattr(parent, name, child)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -328,10 +393,11 @@ def sdpa_with_cpu_decoding_steps(
     )
 
 
-# The model's own attention interface: transformers' functions, with "sdpa" overridden for this model only
-# (the local override that AttentionInterface's documentation describes; the global table is untouched).
-ATTENTION_FUNCTIONS = AttentionInterface()
-ATTENTION_FUNCTIONS["sdpa"] = sdpa_with_cpu_decoding_steps
+# Registered under a name of its own, with SDPA's masks: transformers' "sdpa" stays what it is for every
+# model.
+CPU_DECODING_ATTENTION = "sdpa_cpu_decoding"
+AttentionInterface.register(CPU_DECODING_ATTENTION, sdpa_with_cpu_decoding_steps)
+AttentionMaskInterface.register(CPU_DECODING_ATTENTION, sdpa_mask)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -466,3 +532,22 @@ def fast_dropout_masks(model: nn.Module) -> Iterator[None]:
         for parent, name, original, replacement in swapped:
             original.train(replacement.training)
             setattr(parent, name, original)
+
+
+class CPUDecodingCache(EncoderDecoderCache):
+    """transformers' encoder-decoder cache, whose beam-search reordering (`reorder_cache`, which
+    `generate()` calls at every step) moves the self-attention cache into `FreePositionCacheLayer`s on a CPU
+    and leaves the cross-attention cache alone: beam search only permutes the beams of each input among
+    themselves, and all beams of an input hold the same encoder output, so those keys and values need no
+    reordering (saving 2 x layers copies a step)."""
+
+    @classmethod
+    def for_model(cls, model: nn.Module) -> "CPUDecodingCache":
+        return cls(DynamicCache(config=model.config), DynamicCache(config=model.config))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        cache = self.self_attention_cache
+        if getattr(cache, "offloading", False) or not isinstance(getattr(cache, "layers", None), list):
+            cache.reorder_cache(beam_idx)
+            return
+        cache.layers = [reorder_self_attention_layer(layer, beam_idx) for layer in cache.layers]

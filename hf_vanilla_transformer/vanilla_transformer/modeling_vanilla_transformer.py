@@ -1,34 +1,44 @@
+# Copyright 2026 The hf-vanilla-transformer Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017) as a transformers model.
 
 The file reads top to bottom as the paper builds the model, in transformers' Marian/BART layout (names,
 outputs, caches, attention interface), so the library's generation, Trainer and loading code treat it as
 one of their own:
 
-- `embeddings_vanilla_transformer`: the embeddings multiplied by sqrt(d_model) (Section 3.4) and the
-  positional encodings (Section 3.5).
+- `VanillaTransformerScaledWordEmbedding`: the embeddings multiplied by sqrt(d_model) (Section 3.4).
+- `sinusoidal_position_encoding` / `VanillaTransformerPositionalEncoding`: the positional encodings
+  (Section 3.5), or learned positions (Table 3, row E).
 - `eager_attention_forward` / `VanillaTransformerAttention`: Eq. 1 and multi-head attention, Section 3.2.
 - `VanillaTransformerFeedForward`: the position-wise feed-forward network, Eq. 2 (Section 3.3).
 - `VanillaTransformerEncoderLayer` / `VanillaTransformerDecoderLayer`: Section 3.1, post-LN residual
   blocks LayerNorm(x + Dropout(Sublayer(x))) (Section 5.4).
 - `VanillaTransformerEncoder` / `VanillaTransformerDecoder`: the stacks, Section 3.1.
 - `VanillaTransformerForConditionalGeneration`: the shared pre-softmax projection (Section 3.4); its
-  loss is the plain cross-entropy, and the paper's label smoothing (Section 5.4) is training's
-  (`vanilla-transformer train --label-smoothing`). Its decoding rules (Section 6.1) are in
-  `generation_vanilla_transformer`.
+  loss is the plain cross-entropy, and the paper's label smoothing (Section 5.4) is training's. Its
+  decoding rules (Section 6.1) are in `generation_vanilla_transformer`.
 
-Every projection is an `nn.Linear` module call: `cpu_speedups.CPULinear` is an `nn.Linear` whose
-float32 products on x86 CPUs go through oneDNN, and `cpu_speedups.ATTENTION_FUNCTIONS` (imported here as
-`ALL_ATTENTION_FUNCTIONS`) is the model's own attention interface. That module says what each speed-up
-does, where it applies and how to turn it off. This file is copied next to saved weights for
-`trust_remote_code=True` users, so it imports the package only relatively.
+This file is copied next to saved weights for `trust_remote_code=True` users, so it imports nothing
+from the package around it.
 """
 
+import dataclasses
+import functools
 import inspect
 import math
 import os
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import Any
 
 import torch
 from torch import nn
@@ -44,22 +54,146 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.modeling_utils import PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
+from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .cpu_speedups import ATTENTION_FUNCTIONS as ALL_ATTENTION_FUNCTIONS  # see VanillaTransformerAttention
-from .cpu_speedups import CPULinear, reorder_self_attention_layer, weights_fixed_for_decoding
-from .embeddings_vanilla_transformer import (
-    VanillaTransformerPositionalEncoding,
-    VanillaTransformerScaledWordEmbedding,
-    sinusoidal_position_encoding,
-)
 from .generation_vanilla_transformer import PaperDecodingMixin
+
+# transformers 5.24 renamed `past_key_values` to `cache` in the mask functions' arguments, the output classes'
+# fields and generate()'s model inputs; releases before take and return `past_key_values`. Each name is read
+# from the public interface it belongs to, once.
+MASK_CACHE_ARGUMENT = next(
+    name for name in ("cache", "past_key_values") if name in inspect.signature(create_causal_mask).parameters
+)
+OUTPUT_CACHE_FIELD = next(
+    field.name for field in dataclasses.fields(Seq2SeqLMOutput) if field.name in ("cache", "past_key_values")
+)
+
+
+def accepts_past_key_values(forward: Callable) -> Callable:
+    """Let `forward(cache=...)` also be called with `past_key_values=`: a deprecated alias (with transformers'
+    warning) from transformers 5.24, where generate() passes `cache`; before 5.24, the name generate() passes,
+    taken silently."""
+    if OUTPUT_CACHE_FIELD == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        if "past_key_values" in kwargs:
+            past_key_values = kwargs.pop("past_key_values")
+            if kwargs.get("cache") is None:
+                kwargs["cache"] = past_key_values
+        return forward(*args, **kwargs)
+
+    return wrapper
+
+
+class VanillaTransformerScaledWordEmbedding(nn.Embedding):
+    """Token embeddings multiplied by sqrt(d_model) (Section 3.4). The scale is part of the module, so
+    `inputs_embeds` built with `get_input_embeddings()` (PEFT prompt tuning, `generate(inputs_embeds=)`)
+    equal what the model makes from the same ids."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int, embed_scale: float) -> None:
+        super().__init__(num_embeddings, embedding_dim, padding_idx)
+        self.embed_scale = embed_scale
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(input_ids) * self.embed_scale
+
+
+def sinusoidal_position_encoding(
+    num_positions: int, dim: int, layout: str = "paper", offset: int = 0
+) -> torch.Tensor:
+    """The positional encodings of Section 3.5, one row per position, computed in float64.
+
+    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)) and PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
+    `layout="marian"` puts the same sines in the first half and cosines in the second; `"fairseq"` does
+    the same with fairseq's frequencies exp(-i ln(10000) / (d/2 - 1)). `offset` is the first position.
+    """
+    return _sinusoids(torch.arange(offset, offset + num_positions, dtype=torch.float64), dim, layout)
+
+
+def _sinusoids(positions: torch.Tensor, dim: int, layout: str) -> torch.Tensor:
+    """`sinusoidal_position_encoding` of the float64 `positions` (of any shape, the encodings along a new
+    last dimension), on their device, as float32."""
+    if layout == "fairseq":
+        half = dim // 2
+        exponents = torch.arange(half, dtype=torch.float64, device=positions.device)
+        inverse_frequencies = torch.exp(exponents * -(math.log(10000) / (half - 1)))
+    else:
+        two_i = torch.arange(0, dim, 2, dtype=torch.float64, device=positions.device)
+        inverse_frequencies = 10000.0 ** (-two_i / dim)
+    angles = positions[..., None] * inverse_frequencies
+    if layout == "paper":
+        # shape, not len(): under torch.export len() would fix the number of positions to the example's.
+        table = torch.empty(*positions.shape, dim, dtype=torch.float64, device=positions.device)
+        table[..., 0::2] = torch.sin(angles)
+        table[..., 1::2] = torch.cos(angles)[..., : dim // 2]
+    else:
+        table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    return table.float()
+
+
+class VanillaTransformerPositionalEncoding(nn.Module):
+    """Positions for the embeddings: the fixed sinusoids of Section 3.5, or learned ones (Table 3, row E).
+
+    The sinusoid table is a computed, non-persistent buffer: nothing is saved, and `_init_weights`
+    rebuilds it after `from_pretrained` builds the model on the meta device.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig) -> None:
+        super().__init__()
+        # CODEPATH: Table 3 row E checkpoints learn their positions; every other checkpoint uses sinusoids.
+        self.learned = config.position_embedding_type == "learned"
+        # CODEPATH: fairseq and opus-mt checkpoints converted by this package keep their own sinusoid layout.
+        self.layout = config.sinusoidal_layout
+        self.offset = config.pad_token_id + 1 if self.layout == "fairseq" else 0
+        self.dim = config.hidden_size
+        if self.learned:
+            self.weight = nn.Parameter(torch.empty(config.max_position_embeddings, config.hidden_size))
+        else:
+            self.weight = nn.Buffer(self.sinusoid_table(config.max_position_embeddings), persistent=False)
+
+    def sinusoid_table(self, num_positions: int) -> torch.Tensor:
+        return sinusoidal_position_encoding(num_positions, self.dim, self.layout, self.offset)
+
+    def check_length(self, num_positions: int) -> None:
+        """Refuse more positions than learned embeddings encode; the sinusoids extend to any length."""
+        if self.learned and num_positions > self.weight.shape[0]:
+            raise ValueError(
+                f"Position {num_positions - 1} is past the {self.weight.shape[0]} learned position "
+                "embeddings (max_position_embeddings). Truncate inputs, and a static cache's max_cache_len, "
+                "to that many tokens, or use position_embedding_type='sinusoidal', whose table extends."
+            )
+
+    def forward(
+        self, seq_length: int, cache_length: int | torch.Tensor = 0, left_padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The encodings of positions cache_length, ..., cache_length + seq_length - 1, of shape (seq_length,
+        d_model); with `left_padding` (each sequence's count of padding tokens before its first token) one
+        row of them per sequence, each counted from its first token. Lengths come from shapes; a static
+        cache gives its length as a tensor, whose value is not read back from the device (the decoder
+        checks the cache's capacity against learned positions instead)."""
+        table = self.weight
+        position_ids = torch.arange(seq_length, device=table.device) + cache_length
+        if left_padding is not None:
+            position_ids = (position_ids - left_padding.to(table.device)[:, None]).clamp_min(0)
+        if isinstance(cache_length, int):
+            self.check_length(cache_length + seq_length)
+            if cache_length + seq_length > table.shape[0]:
+                # The sinusoids are defined for every position, so longer inputs stay exact.
+                table = self.sinusoid_table(cache_length + seq_length).to(
+                    device=table.device, dtype=table.dtype
+                )
+        elif not self.learned:
+            # Positions known only on the device may lie past the table: computed from the same formula.
+            return _sinusoids(position_ids.double() + self.offset, self.dim, self.layout).to(table.dtype)
+        return nn.functional.embedding(position_ids, table)
 
 
 def eager_attention_forward(
@@ -72,10 +206,7 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled dot-product attention, Eq. 1: softmax(Q K^T / sqrt(d_k)) V.
-
-    A CPU decoding step computes the same formula as `cpu_speedups._single_query_attention`; tests in
-    tests/test_cpu_speedups.py hold the two, and SDPA, together (`test_single_query_attention_*`)."""
+    """Scaled dot-product attention, Eq. 1: softmax(Q K^T / sqrt(d_k)) V."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         attn_weights = attn_weights + attention_mask
@@ -96,24 +227,25 @@ class VanillaTransformerAttention(nn.Module):
     def __init__(
         self,
         config: VanillaTransformerConfig,
-        num_heads: int,
-        head_dims: tuple[int, int],
+        is_decoder: bool = False,
         is_causal: bool = False,
         layer_idx: int | None = None,
     ) -> None:
         super().__init__()
         self.config = config
-        self.num_heads = num_heads
-        self.d_k, self.d_v = head_dims
+        self.num_heads = config.decoder_attention_heads if is_decoder else config.encoder_attention_heads
+        # d_k and d_v default to d_model / h (Section 3.2.2); Table 3's rows A and B set them apart.
+        self.d_k = config.d_k or config.hidden_size // self.num_heads
+        self.d_v = config.d_v or config.hidden_size // self.num_heads
         self.dropout = config.attention_dropout
         self.scaling = self.d_k**-0.5
         # SDPA treats a missing mask as causal unless told otherwise, so every instance says which it is.
         self.is_causal = is_causal
         self.layer_idx = layer_idx
-        self.q_proj = CPULinear(config.d_model, num_heads * self.d_k)
-        self.k_proj = CPULinear(config.d_model, num_heads * self.d_k)
-        self.v_proj = CPULinear(config.d_model, num_heads * self.d_v)
-        self.out_proj = CPULinear(num_heads * self.d_v, config.d_model)
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.d_k)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_heads * self.d_k)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_heads * self.d_v)
+        self.out_proj = nn.Linear(self.num_heads * self.d_v, config.hidden_size)
 
     def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
         return states.view(*states.shape[:-1], self.num_heads, head_dim).transpose(1, 2)
@@ -149,8 +281,6 @@ class VanillaTransformerAttention(nn.Module):
                 if is_cross_attention:
                     cache.is_updated[self.layer_idx] = True
 
-        # The model's own AttentionInterface: transformers' functions, with SDPA's CPU decoding steps as two
-        # plain matmuls (cpu_speedups); transformers' global table is left as it is.
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -173,8 +303,8 @@ class VanillaTransformerFeedForward(nn.Module):
 
     def __init__(self, config: VanillaTransformerConfig, ffn_dim: int) -> None:
         super().__init__()
-        self.fc1 = CPULinear(config.d_model, ffn_dim)
-        self.fc2 = CPULinear(ffn_dim, config.d_model)
+        self.fc1 = nn.Linear(config.hidden_size, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, config.hidden_size)
         self.activation_fn = ACT2FN[config.activation_function]
         self.activation_dropout = nn.Dropout(config.activation_dropout)
 
@@ -196,12 +326,10 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None) -> None:
         super().__init__()
         self.dropout = nn.Dropout(config.dropout)
-        self.self_attn = VanillaTransformerAttention(
-            config, config.encoder_attention_heads, config.encoder_head_dims, layer_idx=layer_idx
-        )
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn = VanillaTransformerAttention(config, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = VanillaTransformerFeedForward(config, config.encoder_ffn_dim)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(
         self,
@@ -225,15 +353,14 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None) -> None:
         super().__init__()
         self.dropout = nn.Dropout(config.dropout)
-        heads, head_dims = config.decoder_attention_heads, config.decoder_head_dims
         self.self_attn = VanillaTransformerAttention(
-            config, heads, head_dims, is_causal=True, layer_idx=layer_idx
+            config, is_decoder=True, is_causal=True, layer_idx=layer_idx
         )
-        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.encoder_attn = VanillaTransformerAttention(config, heads, head_dims, layer_idx=layer_idx)
-        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.self_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.encoder_attn = VanillaTransformerAttention(config, is_decoder=True, layer_idx=layer_idx)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = VanillaTransformerFeedForward(config, config.decoder_ffn_dim)
-        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(
         self,
@@ -266,6 +393,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         )
 
 
+@auto_docstring
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
     config: VanillaTransformerConfig
     base_model_prefix = "model"
@@ -276,42 +404,35 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
 
-    def _flash_attn_can_dispatch(self, *args: Any, **kwargs: Any) -> bool:
-        """FlashAttention needs one head size for queries, keys and values."""
-        heads = {self.config.encoder_head_dims, self.config.decoder_head_dims}
-        if any(d_k != d_v for d_k, d_v in heads):
-            raise ValueError(
-                f"FlashAttention needs d_k == d_v, but this model has (d_k, d_v) = {sorted(heads)}. Use "
-                "attn_implementation='sdpa' or 'eager'."
-            )
-        return super()._flash_attn_can_dispatch(*args, **kwargs)
-
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Xavier-uniform projections with zero biases and N(0, d_model^-0.5) embeddings.
+        """Xavier-uniform projections with zero biases and N(0, d_model^-0.5) embeddings; the rest (layer
+        norms) as transformers initialises them.
 
         The paper does not state its initialisation; this is what its tensor2tensor code and fairseq
         use. The normal's std makes the sqrt(d_model)-scaled embeddings (Section 3.4) unit-variance.
         """
-        std = self.config.init_std or self.config.d_model**-0.5
+        std = self.config.init_std or self.config.hidden_size**-0.5
         if isinstance(module, nn.Linear):
             init.xavier_uniform_(module.weight)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             init.normal_(module.weight, mean=0.0, std=std)
+            # The slice below loses the loaded-weight flag that init's functions check, so it is checked here.
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                module.weight[module.padding_idx].zero_()
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
+                init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, VanillaTransformerPositionalEncoding):
             if module.learned:
                 init.normal_(module.weight, mean=0.0, std=std)
             else:
                 init.copy_(module.weight, module.sinusoid_table(module.weight.shape[0]))
-        elif isinstance(module, VanillaTransformerForConditionalGeneration) and self.config.output_bias:
-            init.zeros_(module.final_logits_bias)
+        elif isinstance(module, VanillaTransformerForConditionalGeneration):
+            # CODEPATH: opus-mt checkpoints carry Marian's logits bias; the paper's models have none.
+            if module.config.output_bias:
+                init.zeros_(module.final_logits_bias)
+        else:
+            super()._init_weights(module)
 
     def _resize_token_embeddings(
         self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
@@ -324,6 +445,8 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         resized = self._get_resized_embeddings(old, new_num_tokens, pad_to_multiple_of, mean_resizing)
         resized.requires_grad_(old.weight.requires_grad)
         self.set_input_embeddings(resized)
+        # CODEPATH: the paper's and opus-mt checkpoints share one vocabulary; fairseq's separate-vocabulary
+        # checkpoints resize their target side with resize_decoder_token_embeddings.
         if self.config.share_encoder_decoder_embeddings:
             self._resize_target_side(resized.weight.shape[0], mean_resizing)
         return resized
@@ -356,53 +479,39 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
 
 
 def _embedding_scale(config: VanillaTransformerConfig) -> float:
-    return math.sqrt(config.d_model) if config.scale_embedding else 1.0
+    # CODEPATH: the paper's checkpoints scale by sqrt(d_model) (Section 3.4); converted unscaled ones do not.
+    return math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
 
 
-class _VanillaTransformerStack(VanillaTransformerPreTrainedModel):
-    """What the encoder and decoder stacks share: N identical layers over the token embeddings scaled
-    by sqrt(d_model) (Section 3.4) plus the positional encodings, with dropout on the sum (Section 5.4)."""
-
-    def __init__(
-        self, config: VanillaTransformerConfig, vocab_size: int, layer_class: type[nn.Module], num_layers: int
-    ) -> None:
-        super().__init__(config)
-        self.dropout = nn.Dropout(config.dropout)
-        self.embed_tokens = VanillaTransformerScaledWordEmbedding(
-            vocab_size, config.d_model, config.pad_token_id, _embedding_scale(config)
+def add_positions(
+    inputs_embeds: torch.Tensor,
+    embed_positions: VanillaTransformerPositionalEncoding,
+    dropout: nn.Dropout,
+    attention_mask: torch.Tensor | None,
+    cache_length: int | torch.Tensor = 0,
+) -> torch.Tensor:
+    """The scaled embeddings plus the encodings of their positions, after dropout (Sections 3.4, 3.5 and
+    5.4). Positions count from each sequence's first token, so that a sequence padded on the left (fairseq's
+    habit, or a tokenizer with `padding_side="left"`) is encoded as it is alone; `attention_mask` (batch,
+    cache + tokens) shows the padding. An empty batch, or sequences of no tokens, are refused here: attention
+    cannot reshape zero elements."""
+    if inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
+        raise ValueError(
+            f"Empty input of shape {tuple(inputs_embeds.shape[:2])} (batch, tokens): pass at least one "
+            "sequence of at least one token."
         )
-        self.embed_positions = VanillaTransformerPositionalEncoding(config)
-        self.layers = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(num_layers)])
-        self.gradient_checkpointing = False
-        self.post_init()
-
-    def add_positions(
-        self,
-        inputs_embeds: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        cache_length: int | torch.Tensor = 0,
-    ) -> torch.Tensor:
-        """The scaled embeddings plus the encodings of their positions, after dropout. Positions count from
-        each sequence's first token, so that a sequence padded on the left (fairseq's habit, or a tokenizer
-        with `padding_side="left"`) is encoded as it is alone; `attention_mask` (batch, cache + tokens) shows
-        the padding. An empty batch, or sequences of no tokens, are refused here: attention cannot reshape
-        zero elements."""
-        if inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
-            raise ValueError(
-                f"Empty input of shape {tuple(inputs_embeds.shape[:2])} (batch, tokens): pass at least one "
-                "sequence of at least one token."
-            )
-        left_padding = None
-        if attention_mask is not None and attention_mask.dim() == 2:
-            left_padding = (attention_mask.cumsum(-1) == 0).sum(-1)
-        positions = self.embed_positions(inputs_embeds.shape[1], cache_length, left_padding)
-        # The table is float32 whatever dtype the model was loaded in: the sum takes the embeddings' dtype.
-        positions = positions.to(device=inputs_embeds.device, dtype=inputs_embeds.dtype)
-        return self.dropout(inputs_embeds + positions)
+    left_padding = None
+    if attention_mask is not None and attention_mask.dim() == 2:
+        left_padding = (attention_mask.cumsum(-1) == 0).sum(-1)
+    positions = embed_positions(inputs_embeds.shape[1], cache_length, left_padding)
+    # The table is float32 whatever dtype the model was loaded in: the sum takes the embeddings' dtype.
+    positions = positions.to(device=inputs_embeds.device, dtype=inputs_embeds.dtype)
+    return dropout(inputs_embeds + positions)
 
 
-class VanillaTransformerEncoder(_VanillaTransformerStack):
-    """The encoder stack: N identical layers over the scaled embeddings plus positions (Section 3.1)."""
+class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
+    """The encoder stack: N identical layers over the token embeddings scaled by sqrt(d_model) (Section 3.4)
+    plus the positional encodings, with dropout on the sum (Section 5.4)."""
 
     _can_record_outputs = {
         "hidden_states": VanillaTransformerEncoderLayer,
@@ -410,10 +519,21 @@ class VanillaTransformerEncoder(_VanillaTransformerStack):
     }
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
-        super().__init__(config, config.vocab_size, VanillaTransformerEncoderLayer, config.encoder_layers)
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.embed_tokens = VanillaTransformerScaledWordEmbedding(
+            config.vocab_size, config.hidden_size, config.pad_token_id, _embedding_scale(config)
+        )
+        self.embed_positions = VanillaTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList(
+            [VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
 
     @merge_with_config_defaults
     @capture_outputs
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -425,7 +545,7 @@ class VanillaTransformerEncoder(_VanillaTransformerStack):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        hidden_states = self.add_positions(inputs_embeds, attention_mask)
+        hidden_states = add_positions(inputs_embeds, self.embed_positions, self.dropout, attention_mask)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
@@ -434,7 +554,7 @@ class VanillaTransformerEncoder(_VanillaTransformerStack):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VanillaTransformerDecoder(_VanillaTransformerStack):
+class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     """The decoder stack: N identical layers, masked so that position i attends only to positions
     before it (Section 3.1), over the scaled target embeddings plus positions."""
 
@@ -445,13 +565,22 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
     }
 
     def __init__(self, config: VanillaTransformerConfig) -> None:
-        super().__init__(
-            config, config.target_vocab_size, VanillaTransformerDecoderLayer, config.decoder_layers
+        super().__init__(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.embed_tokens = VanillaTransformerScaledWordEmbedding(
+            config.target_vocab_size, config.hidden_size, config.pad_token_id, _embedding_scale(config)
         )
+        self.embed_positions = VanillaTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList(
+            [VanillaTransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        )
+        self.gradient_checkpointing = False
+        self.post_init()
 
     @merge_with_config_defaults
     @capture_outputs
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -463,6 +592,11 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        r"""
+        cache (`Cache`, *optional*):
+            The keys and values of earlier decoding steps, as the model returned them with `use_cache=True`
+            (documented here for transformers before 5.24, whose docstrings name it `past_key_values`).
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of decoder_input_ids or decoder_inputs_embeds to the decoder.")
         if inputs_embeds is None:
@@ -476,7 +610,9 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
         batch_size, seq_length = inputs_embeds.shape[:2]
         cache_length = cache.get_seq_length() if cache is not None else 0
         if isinstance(cache_length, torch.Tensor):
-            self.embed_positions.check_length(cache.get_max_length())
+            # `get_max_length` from transformers 5.13; `get_max_cache_shape` until 5.19.
+            get_max_length = getattr(cache, "get_max_length", None) or cache.get_max_cache_shape
+            self.embed_positions.check_length(get_max_length())
 
         given_mask = attention_mask
         if attention_mask is None and not is_torchdynamo_compiling():
@@ -485,7 +621,7 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            cache=cache.self_attention_cache if cache is not None else None,
+            **{MASK_CACHE_ARGUMENT: cache.self_attention_cache if cache is not None else None},
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -494,7 +630,9 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
             encoder_hidden_states=encoder_hidden_states,
         )
 
-        hidden_states = self.add_positions(inputs_embeds, given_mask, cache_length)
+        hidden_states = add_positions(
+            inputs_embeds, self.embed_positions, self.dropout, given_mask, cache_length
+        )
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
                 hidden_states,
@@ -505,7 +643,9 @@ class VanillaTransformerDecoder(_VanillaTransformerStack):
                 use_cache=use_cache,
                 **kwargs,
             )
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, **{OUTPUT_CACHE_FIELD: cache}
+        )
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -517,16 +657,17 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+@auto_docstring
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
-    """The encoder-decoder of Figure 1, without the output projection."""
-
     def __init__(self, config: VanillaTransformerConfig) -> None:
+        r"""The encoder-decoder of Figure 1, without the output projection."""
         super().__init__(config)
         config.check_values()  # again: fields may have been changed since the config was made
+        # CODEPATH: the paper's and opus-mt checkpoints share one embedding matrix (Section 3.4); fairseq's
+        # separate-vocabulary checkpoints and untied ones keep their own.
         if config.ties_embeddings:
-            # One matrix for source and target tokens (Section 3.4).
             self.shared = VanillaTransformerScaledWordEmbedding(
-                config.vocab_size, config.d_model, config.pad_token_id, _embedding_scale(config)
+                config.vocab_size, config.hidden_size, config.pad_token_id, _embedding_scale(config)
             )
             self._tied_weights_keys = {
                 "encoder.embed_tokens.weight": "shared.weight",
@@ -540,13 +681,15 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         return self.encoder.embed_tokens
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
+        # CODEPATH: checkpoints with one shared matrix replace it on both sides; others the source side only.
         if self.config.ties_embeddings:
             self.shared = value
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
 
     @can_return_tuple
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -560,6 +703,11 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        r"""
+        cache (`Cache`, *optional*):
+            The keys and values of earlier decoding steps, as the model returned them with `use_cache=True`
+            (documented here for transformers before 5.24, whose docstrings name it `past_key_values`).
+        """
         if encoder_outputs is None:
             # return_dict=True in the inner calls: a config with return_dict=False asks for a tuple from
             # the outermost call only, which can_return_tuple makes from this output.
@@ -589,7 +737,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            cache=decoder_outputs.cache,
+            **{OUTPUT_CACHE_FIELD: getattr(decoder_outputs, OUTPUT_CACHE_FIELD)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -626,16 +774,20 @@ def cross_entropy(
     return loss / num_items_in_batch
 
 
+@auto_docstring(
+    custom_intro="""
+    The full model of Figure 1: the encoder-decoder, then the linear pre-softmax projection that shares its
+    weight matrix with the embeddings (Section 3.4). `generate()` takes the paper's decoding rules.
+    """
+)
 class VanillaTransformerForConditionalGeneration(
     VanillaTransformerPreTrainedModel, PaperDecodingMixin, GenerationMixin
 ):
-    """The full model of Figure 1: encoder-decoder, then the linear pre-softmax projection that shares
-    its weight matrix with the embeddings (Section 3.4). `generate()` takes the paper's decoding rules
-    (`generation_vanilla_transformer.PaperDecodingMixin`)."""
-
     def __init__(self, config: VanillaTransformerConfig) -> None:
         super().__init__(config)
         self.model = VanillaTransformerModel(config)
+        # CODEPATH: the paper's and opus-mt checkpoints tie the projection to the one shared matrix; fairseq's
+        # separate-vocabulary checkpoints tie it to the decoder's embeddings; untied ones keep three matrices.
         if config.ties_embeddings:
             self._tied_weights_keys = {
                 "lm_head.weight": "model.shared.weight",
@@ -644,9 +796,10 @@ class VanillaTransformerForConditionalGeneration(
             }
         elif config.tie_word_embeddings:
             self._tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}
-        self.lm_head = CPULinear(config.d_model, config.target_vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.target_vocab_size, bias=False)
+        # CODEPATH: opus-mt checkpoints carry Marian's final_logits_bias; the paper's models have none.
         if config.output_bias:
-            self.register_buffer("final_logits_bias", torch.zeros(1, config.target_vocab_size))
+            self.final_logits_bias = nn.Buffer(torch.zeros(1, config.target_vocab_size))
         self.post_init()
 
     def get_encoder(self) -> VanillaTransformerEncoder:
@@ -659,14 +812,11 @@ class VanillaTransformerForConditionalGeneration(
         return self.lm_head
 
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        if type(new_embeddings) is nn.Linear:
-            # transformers' resizing makes an nn.Linear: the same module keeps the projection's CPU path
-            # (CPULinear adds no state, only its forward).
-            new_embeddings.__class__ = CPULinear
         self.lm_head = new_embeddings
 
     @can_return_tuple
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -682,9 +832,17 @@ class VanillaTransformerForConditionalGeneration(
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        r"""labels: target token ids, -100 where no loss is wanted. Decoder inputs default to the labels
-        shifted right. num_items_in_batch: passed by Trainer so the loss is a mean over the whole
-        accumulated batch."""
+        r"""
+        cache (`Cache`, *optional*):
+            The keys and values of earlier decoding steps, as the model returned them with `use_cache=True`
+            (documented here for transformers before 5.24, whose docstrings name it `past_key_values`).
+        labels (`torch.LongTensor` of shape `(batch_size, target_sequence_length)`, *optional*):
+            Target token ids, -100 where no loss is wanted. The decoder inputs default to the labels shifted
+            right (Section 3.1).
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            The number of labelled tokens in the whole accumulated batch, which the Trainer passes so that the
+            loss is a mean over it rather than over this micro-batch.
+        """
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -704,6 +862,7 @@ class VanillaTransformerForConditionalGeneration(
             **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
+        # CODEPATH: opus-mt checkpoints carry Marian's final_logits_bias; the paper's models have none.
         if self.config.output_bias:
             # In place: the logits are the model's largest tensor (tokens x vocabulary), and a second one
             # would be fresh memory at every step.
@@ -715,7 +874,7 @@ class VanillaTransformerForConditionalGeneration(
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            cache=outputs.cache,
+            **{OUTPUT_CACHE_FIELD: getattr(outputs, OUTPUT_CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -735,12 +894,14 @@ class VanillaTransformerForConditionalGeneration(
         super().save_pretrained(save_directory, *args, **kwargs)
 
     def _resize_output_side(self, size: int, mean_resizing: bool) -> None:
+        # CODEPATH: tied checkpoints take the embeddings' new matrix in tie_weights; untied ones resize.
         if self.config.tie_word_embeddings:
-            self.lm_head.out_features = size  # its weight becomes the embeddings' in tie_weights
+            self.lm_head.out_features = size
         else:
             self.set_output_embeddings(
                 self._get_resized_lm_head(self.lm_head, size, mean_resizing=mean_resizing)
             )
+        # CODEPATH: opus-mt checkpoints carry Marian's final_logits_bias; the paper's models have none.
         if self.config.output_bias:
             old = self.final_logits_bias
             bias = old.new_zeros(1, size)
@@ -750,35 +911,9 @@ class VanillaTransformerForConditionalGeneration(
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def _decoding_context(self, sentences_apart: bool = False) -> AbstractContextManager[None]:
-        return weights_fixed_for_decoding(sentences_apart)
-
-    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search's per-step reordering of the cache. It only permutes the beams of each input among
-        themselves, and all beams of an input hold the same encoder output, so the cross-attention keys
-        and values need no reordering: only the self-attention cache is (saving 2 x layers copies/step)."""
-        self_attention_cache = cache
-        if isinstance(cache, EncoderDecoderCache):
-            self_attention_cache = cache.self_attention_cache
-        if getattr(self_attention_cache, "offloading", False):
-            self_attention_cache.reorder_cache(beam_idx)
-        else:
-            self_attention_cache.layers = [
-                reorder_self_attention_layer(layer, beam_idx) for layer in self_attention_cache.layers
-            ]
-        return cache
-
-
-# generate() reads the forward's signature at every decoding step of a model registered for the Auto classes
-# (`prepare_inputs_for_generation`), and `inspect` derives it anew through the decorators each time unless
-# the function carries it: computed once here, the same signature.
-VanillaTransformerForConditionalGeneration.forward.__signature__ = inspect.signature(
-    VanillaTransformerForConditionalGeneration.forward
-)
 
 __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
-    "sinusoidal_position_encoding",
 ]

@@ -1,20 +1,33 @@
+# Copyright 2026 The hf-vanilla-transformer Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Configuration of the Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
 
-The field names follow transformers' Marian/BART conventions (`d_model`, `encoder_layers`,
-`encoder_ffn_dim`, ...) so that caches, generation and the Trainer find what they expect; the
-paper's own symbols (N, h, d_k, d_v, d_ff, P_drop) are accepted by the constructor and
-`from_preset`, and documented next to each field.
+The field names follow transformers' conventions (`hidden_size`, `encoder_layers`, `encoder_ffn_dim`, ...)
+so that caches, generation and the Trainer find what they expect; `d_model` is an alias of `hidden_size`,
+and the paper's own symbols (N, h, d_ff, P_drop) are accepted by the constructor and `from_preset`.
 
-This module is copied next to saved weights for `trust_remote_code=True` users: it must not import
-anything from `hf_vanilla_transformer` except through relative imports.
+This module is copied next to saved weights for `trust_remote_code=True` users: it imports nothing
+from the package around it.
 """
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any
 
+from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
-from transformers.utils import logging
+from transformers.utils import auto_docstring, logging
 
 logger = logging.get_logger(__name__)
 
@@ -28,7 +41,7 @@ SINUSOIDAL_LAYOUTS = ("paper", "marian", "fairseq")
 # Table 3 of the paper. "base": 65M parameters in the paper's count, "big": 213M.
 PRESETS: dict[str, dict[str, Any]] = {
     "base": {
-        "d_model": 512,
+        "hidden_size": 512,
         "encoder_layers": 6,
         "decoder_layers": 6,
         "encoder_attention_heads": 8,
@@ -38,7 +51,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "dropout": 0.1,
     },
     "big": {
-        "d_model": 1024,
+        "hidden_size": 1024,
         "encoder_layers": 6,
         "decoder_layers": 6,
         "encoder_attention_heads": 16,
@@ -66,56 +79,63 @@ LEGACY_LABEL_SMOOTHING = "label_smoothing"
 LOADING_OPTIONS = {"attn_implementation", "output_attentions", "torch_dtype"}
 
 
+@auto_docstring(
+    checkpoint="hf-vanilla-transformer/transformer-base-wmt14-en-de",
+    custom_intro="""
+    Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`], the
+    encoder-decoder of "Attention Is All You Need" (Vaswani et al., 2017).
+    """,
+)
+@strict
 class VanillaTransformerConfig(PreTrainedConfig):
-    r"""Configuration of [`VanillaTransformerModel`] and [`VanillaTransformerForConditionalGeneration`].
+    r"""
+    decoder_vocab_size (`int`, *optional*):
+        Target vocabulary size when source and target have separate vocabularies (fairseq's
+        separate-vocabulary models); defaults to `vocab_size`, and is not read while
+        `share_encoder_decoder_embeddings` is set.
+    d_k (`int`, *optional*):
+        Size of each head's queries and keys; defaults to hidden_size / h (Section 3.2.2; Table 3, rows A
+        and B).
+    d_v (`int`, *optional*):
+        Size of each head's values; defaults to hidden_size / h (Table 3, row A).
+    position_embedding_type (`str`, *optional*, defaults to `"sinusoidal"`):
+        "sinusoidal" (Section 3.5) or "learned" (Table 3, row E).
+    sinusoidal_layout (`str`, *optional*, defaults to `"paper"`):
+        "paper" (interleaved sin/cos), "marian" (the same frequencies as [sin half | cos half]) or "fairseq"
+        ([sin half | cos half] with fairseq's frequencies, positions from pad_token_id + 1), to load weights
+        trained by those implementations exactly.
+    share_encoder_decoder_embeddings (`bool`, *optional*, defaults to `True`):
+        One vocabulary, and one embedding matrix, for source and target tokens (Section 3.4).
+    output_bias (`bool`, *optional*, defaults to `False`):
+        Add a learned bias to the logits (Marian's `final_logits_bias`); not in the paper.
 
-    The defaults are the paper's base model (Table 3, row "base") with the shared En-De BPE vocabulary
-    of 37000 tokens (Section 5.1). Build the paper's models with `from_preset("base" | "big")`. The paper's
-    symbols N, h, d_ff and P_drop may stand for the fields they set, as in
-    `VanillaTransformerConfig(N=4, h=4, d_ff=1024)`.
+    The defaults are the paper's base model (Table 3, row "base") with the shared En-De BPE vocabulary of
+    37000 tokens (Section 5.1): `hidden_size` is d_model, `encoder_layers`/`decoder_layers` N,
+    `encoder_attention_heads`/`decoder_attention_heads` h, `encoder_ffn_dim`/`decoder_ffn_dim` d_ff (Eq. 2)
+    and `dropout` P_drop (Section 5.4). `attention_dropout` and `activation_dropout` are not in the paper
+    (0 by default). `init_std` defaults to hidden_size^-0.5. `tie_word_embeddings` ties the target
+    embedding to the pre-softmax projection (Section 3.4); in transformers 5 it turns every tie on or off.
 
-    Args:
-        vocab_size: size of the shared source/target vocabulary (Section 5.1).
-        decoder_vocab_size: target vocabulary size when source and target have separate vocabularies
-            (fairseq's separate-vocabulary models); defaults to `vocab_size`, and is not read while
-            `share_encoder_decoder_embeddings` is set (`target_vocab_size`).
-        d_model: model width d_model (Section 3).
-        encoder_layers / decoder_layers: N, the number of identical layers in each stack (Section 3.1).
-        encoder_attention_heads / decoder_attention_heads: h, the number of heads (Section 3.2.2).
-        d_k: size of each head's queries and keys; defaults to d_model / h (Table 3, rows A and B).
-        d_v: size of each head's values; defaults to d_model / h (Table 3, row A).
-        encoder_ffn_dim / decoder_ffn_dim: d_ff, the inner size of the feed-forward networks (Eq. 2).
-        dropout: P_drop, applied to each sub-layer's output before the residual addition and to the sums
-            of embeddings and positional encodings (Section 5.4).
-        attention_dropout: dropout on the attention probabilities (not in the paper; 0 by default).
-        activation_dropout: dropout after the feed-forward ReLU (not in the paper; 0 by default).
-        activation_function: the feed-forward nonlinearity; "relu" is Eq. 2's max(0, .).
-        layer_norm_eps: the epsilon of every LayerNorm.
-        max_position_embeddings: rows of the positional table. Sinusoidal encodings extend past it
-            (computed on the fly by the same formula); learned ones raise an error.
-        position_embedding_type: "sinusoidal" (Section 3.5) or "learned" (Table 3, row E).
-        sinusoidal_layout: "paper" (interleaved sin/cos, the default), "marian" or "fairseq", to load
-            weights trained by those implementations exactly.
-        scale_embedding: multiply the embeddings by sqrt(d_model) (Section 3.4).
-        share_encoder_decoder_embeddings: one vocabulary, and one embedding matrix, for source and target
-            tokens (Section 3.4).
-        tie_word_embeddings: tie the target embedding to the pre-softmax projection (Section 3.4). In
-            transformers 5 it turns every tie on or off: with False, the source and target embeddings and
-            the projection are three matrices over the one vocabulary, as Marian's are.
-        output_bias: add a learned bias to the logits (Marian's `final_logits_bias`); not in the paper.
-        init_std: std of the normal used to initialise embeddings; defaults to d_model^-0.5.
-    """
+    Examples:
 
-    model_type: ClassVar[str] = "vanilla_transformer"
-    attribute_map: ClassVar[dict[str, str]] = {
+    ```python
+    >>> from transformers import AutoModelForSeq2SeqLM
+
+    >>> # The paper's big model (Table 3) over a 32000-token vocabulary, with four layers a stack
+    >>> configuration = VanillaTransformerConfig.from_preset("big", vocab_size=32000, N=4)
+    >>> model = AutoModelForSeq2SeqLM.from_config(configuration)
+    ```"""
+
+    model_type = "vanilla_transformer"
+    attribute_map = {
         "num_attention_heads": "encoder_attention_heads",
-        "hidden_size": "d_model",
         "num_hidden_layers": "encoder_layers",
+        "d_model": "hidden_size",
     }
 
     vocab_size: int = 37000
     decoder_vocab_size: int | None = None
-    d_model: int = 512
+    hidden_size: int = 512
     encoder_layers: int = 6
     decoder_layers: int = 6
     encoder_attention_heads: int = 8
@@ -124,11 +144,11 @@ class VanillaTransformerConfig(PreTrainedConfig):
     d_v: int | None = None
     encoder_ffn_dim: int = 2048
     decoder_ffn_dim: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
+    dropout: float | int = 0.1
+    attention_dropout: float | int = 0.0
+    activation_dropout: float | int = 0.0
     activation_function: str = "relu"
-    layer_norm_eps: float = 1e-5
+    layer_norm_eps: float | int = 1e-5
     max_position_embeddings: int = 1024
     position_embedding_type: str = "sinusoidal"
     sinusoidal_layout: str = "paper"
@@ -136,7 +156,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
     output_bias: bool = False
-    init_std: float | None = None
+    init_std: float | int | None = None
     use_cache: bool = True
     is_encoder_decoder: bool = True
     # fairseq's dictionary order, which `train_shared_bpe_tokenizer` follows: <s>=0 <pad>=1 </s>=2 <unk>=3.
@@ -196,7 +216,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
         return self._head_dims(self.decoder_attention_heads)
 
     def _head_dims(self, heads: int) -> tuple[int, int]:
-        default = self.d_model // heads
+        default = self.hidden_size // heads
         return (self.d_k or default, self.d_v or default)
 
     @classmethod
@@ -204,7 +224,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
         """The paper's "base" or "big" model (Table 3), with any field or paper symbol overridden.
 
         Paper symbols set both stacks: `N=4` sets encoder_layers and decoder_layers, likewise `h`,
-        `d_ff`; `P_drop` sets dropout. `d_k`, `d_v`, `d_model`,
+        `d_ff`; `P_drop` sets dropout. `d_k`, `d_v`, `d_model` (`hidden_size`),
         `position_embedding_type` are fields already. Overrides apply in the order given, so a field
         after its symbol refines it (`N=2, decoder_layers=3`), as a training preset's overrides are
         refined by the user's.
@@ -215,7 +235,8 @@ class VanillaTransformerConfig(PreTrainedConfig):
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}: choose one of {sorted(PRESETS)}.")
         values = dict(PRESETS[name])
-        known = {f.name for f in dataclasses.fields(cls)} | set(PAPER_SYMBOLS) | LOADING_OPTIONS
+        known = {f.name for f in dataclasses.fields(cls)} | set(cls.attribute_map) | set(PAPER_SYMBOLS)
+        known |= LOADING_OPTIONS
         unknown = sorted(set(overrides) - known)
         if {LEGACY_LABEL_SMOOTHING, "eps_ls"} & set(unknown):
             raise ValueError(
@@ -229,7 +250,7 @@ class VanillaTransformerConfig(PreTrainedConfig):
                 f"encoder_layers) or the paper's symbols {sorted(PAPER_SYMBOLS)}."
             )
         for key, value in overrides.items():
-            for field in PAPER_SYMBOLS.get(key, (key,)):
+            for field in PAPER_SYMBOLS.get(key, (cls.attribute_map.get(key, key),)):
                 values[field] = value
         return cls(**values)
 

@@ -24,7 +24,8 @@ from hf_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from hf_vanilla_transformer.modeling_vanilla_transformer import (
+from hf_vanilla_transformer.vanilla_transformer.modeling_vanilla_transformer import (
+    OUTPUT_CACHE_FIELD,
     VanillaTransformerDecoder,
     VanillaTransformerEncoder,
 )
@@ -129,7 +130,7 @@ class VanillaTransformerModelTester:
         decoder = VanillaTransformerModel(config).get_decoder().to(torch_device).eval()
         input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
         first = decoder(input_ids, attention_mask=attention_mask, use_cache=True)
-        cache = first.cache
+        cache = getattr(first, OUTPUT_CACHE_FIELD)
         self.parent.assertEqual(cache.get_seq_length(), input_ids.shape[1])
 
         next_tokens = ids_tensor((self.batch_size, 3), config.vocab_size)
