@@ -13,9 +13,9 @@ work. `--force eos-bias` (the default) gives the end token a logit bias of -1e4 
 hypothesis ends and decoding runs to `max_new_tokens`, as in a translation without length constraints;
 `--force min-tokens` passes `min_new_tokens` instead, which adds transformers' two minimum-length logits
 processors (each copies the [beams x vocabulary] scores twice per step) to the work of both HF models.
-Ours decodes as the package's tools decode it (`translation.decoding_context`, with the CPU speed-ups of
-`common.cpu_speedups` on a CPU); `ours-no-speedups` is ours with `cpu_speedups.ENABLED = False`, the model as
-`generate()` runs it.
+Ours decodes as the package's tools decode it (`cpu_speedups.cpu_decoding`: the CPU speed-ups of
+`common.cpu_speedups` in place on a CPU); `ours-no-speedups` is ours with `cpu_speedups.ENABLED = False`,
+the model as `generate()` runs it.
 Each round runs every engine once in alternating order; a speed-up is the median over rounds of
 t(Marian) / t(engine). Throughput counts generated tokens of the returned sequences.
 
@@ -56,6 +56,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402
 
+from hf_vanilla_transformer.common import cpu_speedups
 from hf_vanilla_transformer.inference.engines.ctranslate2 import CTranslate2Seq2SeqLM
 from hf_vanilla_transformer.inference.engines.ctranslate2_export import export_ctranslate2
 from hf_vanilla_transformer.inference.engines.export_common import ExportError, ExportSource
@@ -63,7 +64,6 @@ from hf_vanilla_transformer.inference.engines.onnx import OnnxSeq2SeqLM
 from hf_vanilla_transformer.inference.engines.onnx_graphs import export_onnx
 from hf_vanilla_transformer.inference.translation import (  # noqa: E402
     decoding_cache,
-    decoding_context,
     quantize_int8,
 )
 
@@ -110,9 +110,9 @@ def tools_generate(
     cache: str | None = None,
 ) -> torch.Tensor:
     """`hf_generate` as this package's tools (`translate`, `serve`, `Translator`) decode on a CPU: with the
-    CPU speed-ups in place (`translation.decoding_context`, `translation.decoding_cache`)."""
+    CPU speed-ups in place (`cpu_speedups.cpu_decoding`, `translation.decoding_cache`)."""
     chosen = {"cache_implementation": cache} if cache else {}
-    with decoding_context(model):
+    with cpu_speedups.cpu_decoding(model):
         extra = decoding_cache(model, beams, chosen)
         return hf_generate(model, inputs, beams, new_tokens, min_tokens, cache, **extra)
 

@@ -14,6 +14,7 @@ from test_export import SOURCE_WORDS, SPECIALS
 from transformers import GenerationConfig
 
 from hf_vanilla_transformer import paper_generation_config
+from hf_vanilla_transformer.common.cpu_speedups import prepare_for_cpu_decoding
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
 from hf_vanilla_transformer.inference import decoding_memory
 from hf_vanilla_transformer.inference.iteration_batching import RunningBeamSearch, unsupported
@@ -24,9 +25,11 @@ EOS, PAD = 2, 1
 
 
 def generate_alone(model, source: list[int], **kwargs):
-    """`generate()` on `source` by itself, as `translate` runs it on a CPU: with the package's CPU speed-ups
-    in place (`decoding_context`, `decoding_cache`), which the running batch puts in place too."""
+    """`generate()` on `source` by itself, as `translate` runs it on a CPU with the model the PyTorch engine
+    loads: prepared for CPU decoding (`prepare_for_cpu_decoding`, as the running batch prepares it too),
+    within `decoding_context` and with `decoding_cache`."""
     beams = model.generation_config.num_beams
+    prepare_for_cpu_decoding(model)
     with torch.inference_mode(), decoding_context(model):
         return model.generate(
             input_ids=torch.tensor([source]),

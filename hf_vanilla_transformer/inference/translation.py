@@ -17,7 +17,12 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging
 
-from ..common.cpu_speedups import CPUDecodingCache, cpu_decoding, eager_cpu, with_nn_linear_layers
+from ..common.cpu_speedups import (
+    CPUDecodingCache,
+    eager_cpu,
+    weights_fixed_for_decoding,
+    with_nn_linear_layers,
+)
 from ..translation_pipeline import find_target_tokenizer
 from ..vanilla_transformer.generation_vanilla_transformer import length_penalty, output_length_offset
 from .alignment import align
@@ -157,56 +162,61 @@ def translate_n_best(
         check_beams(model.config, beams)
     model.eval()
     bar = tqdm(total=len(order), desc="Translating", unit="sent", disable=not progress)
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        if isinstance(model, PreTrainedModel):  # the estimate is of transformers' own beam search
-            source_length = len(encoded[indices[0]])  # the longest: the order is by length, longest first
-            check_batch_fits(
-                model.config,
-                model.device,
-                batch_size=len(indices),
-                beams=beams,
-                source_length=source_length,
-                output_length=_output_length(model, generate_kwargs, source_length),
-                n_best=n_best,
+    # One decoding context for every batch: the packed weights serve them all.
+    with decoding_context(model):
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            if isinstance(model, PreTrainedModel):  # the estimate is of transformers' own beam search
+                source_length = len(encoded[indices[0]])  # the longest: the order is by length, longest first
+                check_batch_fits(
+                    model.config,
+                    model.device,
+                    batch_size=len(indices),
+                    beams=beams,
+                    source_length=source_length,
+                    output_length=_output_length(model, generate_kwargs, source_length),
+                    n_best=n_best,
+                    scores=scores,
+                )
+            batch = tokenizer.pad({"input_ids": [encoded[j] for j in indices]}, return_tensors="pt")
+            batch = {key: value.to(model.device) for key, value in batch.items()}
+            with torch.inference_mode():
+                generated = model.generate(
+                    **batch,
+                    num_return_sequences=n_best,
+                    **decoding_cache(model, beams, generate_kwargs),
+                    **generate_kwargs,
+                )
+            outputs = _output_ids(generated, model)
+            # generate() returns each input's n_best rows consecutively.
+            hypotheses = hypotheses_of(
+                model,
+                tokenizer,
+                [encoded[j] for j in indices],
+                [outputs[p * n_best : (p + 1) * n_best] for p in range(len(indices))],
                 scores=scores,
+                alignments=alignments,
+                target_tokenizer=target_tokenizer,
+                batch_size=batch_size,
+                generate_kwargs=generate_kwargs,
             )
-        batch = tokenizer.pad({"input_ids": [encoded[j] for j in indices]}, return_tensors="pt")
-        batch = {key: value.to(model.device) for key, value in batch.items()}
-        with torch.inference_mode(), decoding_context(model):
-            generated = model.generate(
-                **batch,
-                num_return_sequences=n_best,
-                **decoding_cache(model, beams, generate_kwargs),
-                **generate_kwargs,
-            )
-        outputs = _output_ids(generated, model)
-        # generate() returns each input's n_best rows consecutively.
-        hypotheses = hypotheses_of(
-            model,
-            tokenizer,
-            [encoded[j] for j in indices],
-            [outputs[p * n_best : (p + 1) * n_best] for p in range(len(indices))],
-            scores=scores,
-            alignments=alignments,
-            target_tokenizer=target_tokenizer,
-            batch_size=batch_size,
-            generate_kwargs=generate_kwargs,
-        )
-        for j, found in zip(indices, hypotheses):
-            if sampling and scores:  # samples come unordered: rank them as a beam would
-                found.sort(key=lambda hypothesis: -hypothesis.score)
-            results[kept[j]] = Translation(texts[kept[j]], found, truncated=j in truncated)
-        bar.update(len(indices))
+            for j, found in zip(indices, hypotheses):
+                if sampling and scores:  # samples come unordered: rank them as a beam would
+                    found.sort(key=lambda hypothesis: -hypothesis.score)
+                results[kept[j]] = Translation(texts[kept[j]], found, truncated=j in truncated)
+            bar.update(len(indices))
     bar.close()
     return results
 
 
 def decoding_context(model: Any) -> AbstractContextManager[None]:
-    """Where a PyTorch model decodes on a CPU: with this package's CPU speed-ups in place for the block
-    (`cpu_speedups.cpu_decoding`); elsewhere, and for the exported engines, nothing."""
+    """Where a PyTorch model decodes on a CPU: its weights fixed for the block, so that the `CPULinear`
+    layers of a model prepared for CPU decoding (`cpu_speedups.prepare_for_cpu_decoding`, as the PyTorch
+    engine loads it) pack each weight once (`cpu_speedups.weights_fixed_for_decoding`). The model itself is
+    not changed, so threads may translate with one model. Elsewhere, and for the exported engines,
+    nothing."""
     if isinstance(model, PreTrainedModel) and model.device.type == "cpu":
-        return cpu_decoding(model)
+        return weights_fixed_for_decoding()
     return nullcontext()
 
 
