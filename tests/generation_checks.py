@@ -253,7 +253,8 @@ class PaperGenerationChecks:
                 decoder_input_ids=first.sequences,
                 # A mask as long as the ids tells generate() that they hold the cached tokens too.
                 decoder_attention_mask=torch.ones_like(first.sequences),
-                cache=copy.deepcopy(getattr(first, OUTPUT_CACHE_FIELD)),
+                # Under the name generate() takes it by in the installed release.
+                **{OUTPUT_CACHE_FIELD: copy.deepcopy(getattr(first, OUTPUT_CACHE_FIELD))},
                 max_new_tokens=NEW_TOKENS,
                 min_new_tokens=NEW_TOKENS,
             )
