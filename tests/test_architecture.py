@@ -24,8 +24,9 @@ MODEL_FILES = {
     "modeling_vanilla_transformer",
     "generation_vanilla_transformer",
 }
-# The root: the registrations with transformers, `python -m`, and the translation pipeline.
-ROOT_FILES = {"__init__", "__main__", "translation_pipeline"}
+# The root: the lazy namespace (`lazy_exports`), the registrations with transformers, `python -m`, and the
+# translation pipeline.
+ROOT_FILES = {"__init__", "__main__", "lazy_exports", "registration", "translation_pipeline"}
 # Lowest first: a module may import from its own layer and the layers before it.
 LAYERS = [
     MODEL_FOLDER,

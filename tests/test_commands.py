@@ -16,7 +16,7 @@ from conftest import REPO_ROOT
 from hf_vanilla_transformer.commands import COMMANDS, PROG, main
 from hf_vanilla_transformer.commands.train import parse_args
 from hf_vanilla_transformer.inference.translation import resolve_device
-from hf_vanilla_transformer.training.settings import REPORT_TO, installed_trackers
+from hf_vanilla_transformer.training.settings import REPORT_TO, TRACKERS, installed_trackers
 
 # Where `pip install -e .` (run.sh) puts the console script: next to the interpreter running the tests.
 CONSOLE_SCRIPT = Path(sys.executable).parent / PROG
@@ -93,6 +93,13 @@ def test_main_runs_the_subcommand_it_is_given(capsys: pytest.CaptureFixture[str]
         is None
     )
     assert capsys.readouterr().out.startswith("BLEU = 100.00")
+
+
+def test_the_trackers_offered_are_transformers_own():
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    assert sorted(TRACKERS) == sorted(INTEGRATION_TO_CALLBACK)
+    assert REPORT_TO == ("none", "all", *TRACKERS)
 
 
 def test_report_to_reaches_the_training_settings(capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,6 +42,7 @@ PIPELINE_TABLES = """
 import json, sys
 if sys.argv[1] == "package":
     import hf_vanilla_transformer
+    hf_vanilla_transformer.register_auto_classes()
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 def name(obj):  # transformers names some classes by a string already

@@ -18,11 +18,9 @@ from test_export import SENTENCES, SPECIALS, train_reverse_model
 from hf_vanilla_transformer import paper_generation_config
 from hf_vanilla_transformer.commands import PROG, main
 from hf_vanilla_transformer.conversion import tokenizer_from_fairseq_dictionary
-from hf_vanilla_transformer.inference.engines.ctranslate2 import (
-    CTRANSLATE2_COMPUTE_TYPES,
-    check_ctranslate2_device,
-)
+from hf_vanilla_transformer.inference.engines.ctranslate2 import check_ctranslate2_device
 from hf_vanilla_transformer.inference.engines.exporting import export
+from hf_vanilla_transformer.inference.engines.names import CTRANSLATE2_COMPUTE_TYPES
 from hf_vanilla_transformer.inference.translator import load_model, load_translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="not installed (pip install -e '.[export]')")

@@ -37,6 +37,7 @@ def test_the_registry_holds_every_engine_under_its_own_name():
         assert engine.name == name and get_engine(name) is engine
         assert engine.devices and set(engine.devices) <= {"cpu", "cuda"}
     assert EXPORT_TARGETS == ("ctranslate2", "onnx")
+    assert EXPORT_TARGETS == tuple(name for name, engine in ENGINE_REGISTRY.items() if engine.exportable)
     with pytest.raises(
         ValueError, match=r"Unknown engine 'tpu': choose one of \['torch', 'ctranslate2', 'onnx'\]\."
     ):

@@ -225,6 +225,8 @@ PACKAGE_CLIENT = """
     from pathlib import Path
     import hf_vanilla_transformer
     from hf_vanilla_transformer.translation_pipeline import TASK
+
+    hf_vanilla_transformer.register_auto_classes()
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
     from transformers.utils import cached_file
 

@@ -15,10 +15,11 @@ import hf_vanilla_transformer
 MODEL_FOLDER = Path(hf_vanilla_transformer.__file__).resolve().parent / "vanilla_transformer"
 REPOSITORY = MODEL_FOLDER.parent.parent
 CHECK_UPSTREAM = REPOSITORY.parent / "shared" / "tools" / "check_upstream.py"
-# The package imported first: transformers' in-tree models are in its Auto mappings, ours are there once the
-# package has registered them.
+# The package's registration first: transformers' in-tree models are in its Auto mappings, ours are there once
+# the package has registered them.
 RUN_CHECK = (
-    "import runpy, sys; import hf_vanilla_transformer; sys.argv = sys.argv[1:]; "
+    "import runpy, sys; import hf_vanilla_transformer; hf_vanilla_transformer.register_auto_classes(); "
+    "sys.argv = sys.argv[1:]; "
     "runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 

@@ -8,7 +8,6 @@ average the last 5 checkpoints, the big models the last 20).
 import argparse
 
 from ..common.cli import ArgumentParser, check_writable, positive_int, run_command
-from ..training.averaging import average_checkpoints, last_checkpoints
 
 DEFAULT_LAST = 5
 
@@ -36,6 +35,8 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Average the checkpoints `args` name into `args.output`."""
+    from ..training.averaging import average_checkpoints, last_checkpoints
+
     if args.checkpoints and args.last is not None:
         parser.error(
             "--last counts the checkpoints of --run-dir; with --checkpoints, list only those to average."

@@ -7,7 +7,8 @@
     vanilla-transformer chatbot chat --model runs/chatbot_ko --ask "영화 볼래?" [--beams 4]
 
 `train` uses the tutorial's settings unless told otherwise (see `--help` of the subcommand) and saves a
-folder that AutoModelForSeq2SeqLM and AutoTokenizer load (after `import hf_vanilla_transformer`).
+folder that AutoModelForSeq2SeqLM and AutoTokenizer load (after
+`hf_vanilla_transformer.register_auto_classes()`).
 """
 
 import argparse
@@ -22,22 +23,18 @@ from ..common.cli import (
     run_command,
 )
 from ..common.settings_schema import add_arguments, schema_values
-from ..training.chatbot import (
-    DEFAULT_DATA,
-    SAMPLE_QUESTIONS,
-    ChatbotSettings,
-    answer,
-    chat_session,
-    evaluate_held_out,
-    load_chatbot,
-    read_chatbot_settings,
-    train_chatbot,
-)
+from ..training.chatbot_settings import DEFAULT_DATA, SAMPLE_QUESTIONS, ChatbotSettings
 
 MODEL_HELP = "folder of a trained chatbot"
 
 
+# Each action imports the tutorial's code (torch, transformers, datasets) where it runs, so that `--help` and
+# argument errors answer at once.
+
+
 def _train(args: argparse.Namespace) -> None:
+    from ..training.chatbot import answer, train_chatbot
+
     settings = ChatbotSettings(**schema_values(ChatbotSettings, args))
     result = train_chatbot(args.output_dir, args.data, settings, resume=args.resume)
     metrics = result.metrics
@@ -61,6 +58,8 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
+    from ..training.chatbot import evaluate_held_out
+
     evaluation = evaluate_held_out(args.model, args.data, args.examples)
     print(
         f"Held-out pairs: {evaluation.pairs:,}; loss {evaluation.loss:.4f}, token accuracy "
@@ -71,6 +70,8 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _chat(args: argparse.Namespace) -> None:
+    from ..training.chatbot import answer, chat_session, load_chatbot, read_chatbot_settings
+
     # Any seq2seq folder of this package loads, but only a chatbot run's answers questions: refused here
     # by the same check as `evaluate`.
     read_chatbot_settings(args.model)

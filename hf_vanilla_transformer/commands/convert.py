@@ -6,7 +6,7 @@
         [--source-lang en --target-lang de] [--bpe-codes FILE]
 
 The output is a save_pretrained folder (safetensors, config, generation config, tokenizer) that
-AutoModelForSeq2SeqLM and AutoTokenizer load after `import hf_vanilla_transformer`, or with
+AutoModelForSeq2SeqLM and AutoTokenizer load after `hf_vanilla_transformer.register_auto_classes()`, or with
 trust_remote_code=True. The summary printed at the end lists every key mapping and what the tokenizer does
 and does not do; read it. docs/converting.md has the details.
 """
@@ -15,7 +15,6 @@ import argparse
 from pathlib import Path
 
 from ..common.cli import ArgumentParser, check_writable, run_command
-from ..conversion import ConversionError, convert_fairseq_checkpoint, convert_marian_folder
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -70,6 +69,8 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> int:
     if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
         parser.error(f"--out {args.out} is not empty: give a new folder, or --force to write into it.")
     check_writable(args.out, "--out", parser)
+
+    from ..conversion import ConversionError, convert_fairseq_checkpoint, convert_marian_folder
 
     try:
         if args.kind == "marian":

@@ -1,17 +1,23 @@
 """The options of the commands that run a model (translate, score, serve): `--engine` and `--device`, and
 for those that decode, the engine's `--compute-type`, `--threads` and `--int8`; the engine, device and
-translator they ask for, or a one-line error saying why it cannot be had, before any input is read."""
+translator they ask for, or a one-line error saying why it cannot be had, before any input is read.
+
+The options are built from names alone (`inference.engines.names`); torch and the engines are imported when a
+command runs, so that `--help` answers at once."""
+
+from __future__ import annotations
 
 import argparse
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..common.cli import ArgumentParser, positive_int, refusals_in_one_line
-from ..inference.engines.base import Engine, detect_engine
-from ..inference.engines.ctranslate2 import CTRANSLATE2_COMPUTE_TYPES
-from ..inference.engines.registry import ENGINES, get_engine
-from ..inference.translation import quantize_int8
-from ..inference.translator import Translator, load_translator
+from ..inference.engines.names import CTRANSLATE2_COMPUTE_TYPES, ENGINES
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..inference.engines.base import Engine
+    from ..inference.translator import Translator
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -52,6 +58,9 @@ def add_engine_arguments(parser: ArgumentParser, verb: str, runtime: bool = Fals
 def command_engine(args: argparse.Namespace, parser: ArgumentParser) -> Engine:
     """The engine of a command's `--model` and `--engine`, once the device and settings asked for are
     checked against it (`command_device`): a one-line error otherwise, before any input is read."""
+    from ..inference.engines.base import detect_engine
+    from ..inference.engines.registry import get_engine
+
     with refusals_in_one_line(parser):  # a damaged export info file, or one naming an unknown engine
         engine = get_engine(args.engine or detect_engine(args.model))
     command_device(args, engine, parser)
@@ -61,6 +70,11 @@ def command_engine(args: argparse.Namespace, parser: ArgumentParser) -> Engine:
 def load_command_translator(args: argparse.Namespace, parser: ArgumentParser, engine: Engine) -> Translator:
     """The translator on `engine` that a command's `--model`, `--device` (and where it has them
     `--compute-type`, `--threads`, `--int8`) ask for, or a one-line error saying why it cannot be had."""
+    import torch
+
+    from ..inference.translation import quantize_int8
+    from ..inference.translator import load_translator
+
     device = command_device(args, engine, parser)
     threads = getattr(args, "threads", None)
     if threads is not None:
@@ -83,6 +97,8 @@ def load_command_translator(args: argparse.Namespace, parser: ArgumentParser, en
 def command_device(args: argparse.Namespace, engine: Engine, parser: ArgumentParser) -> torch.device:
     """The device the command translates on, or a one-line error for a device (or compute type) the engine
     cannot use. auto keeps the exported engines on the CPU."""
+    import torch
+
     compute_type = getattr(args, "compute_type", None)
     int8 = getattr(args, "int8", False)
     if int8 and not engine.dynamic_int8:

@@ -11,19 +11,17 @@ already, as in sacreBLEU). `--chrf-word-order 2`: chrF++.
         [--lowercase] [--metrics bleu chrf ter] [--chrf-word-order 2] [--json]
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..common.cli import ArgumentParser, input_lines, non_negative_int, run_command
-from ..evaluation.metrics import (
-    BleuResult,
-    MetricResult,
-    corpus_bleu,
-    corpus_chrf,
-    corpus_ter,
-    tokenized_bleu,
-)
+
+if TYPE_CHECKING:
+    from ..evaluation.metrics import BleuResult, MetricResult
 
 METRICS = ("bleu", "chrf", "ter")
 DEFAULT_METRICS = ["bleu", "chrf"]
@@ -59,6 +57,9 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 def scores(args: argparse.Namespace, hypotheses: list[str], references: list[str]) -> dict[str, object]:
     """The score of every metric of `args.metrics`, by metric name, in the order given."""
+    # Imported here, so that `--help` and argument errors answer without sacreBLEU and `evaluate`.
+    from ..evaluation.metrics import corpus_bleu, corpus_chrf, corpus_ter, tokenized_bleu
+
     results: dict[str, BleuResult | MetricResult] = {}
     for metric in dict.fromkeys(args.metrics):
         if metric == "bleu":

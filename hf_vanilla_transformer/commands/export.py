@@ -17,11 +17,7 @@ the PyTorch model's decoding.
 import argparse
 
 from ..common.cli import ArgumentParser, check_writable, positive_int, run_command
-from ..inference.engines.ctranslate2_export import CTRANSLATE2_QUANTIZATIONS
-from ..inference.engines.export_common import ExportError
-from ..inference.engines.exporting import export
-from ..inference.engines.registry import EXPORT_TARGETS
-from ..inference.engines.shortlist import DEFAULT_SHORTLIST_SIZE
+from ..inference.engines.names import CTRANSLATE2_QUANTIZATIONS, DEFAULT_SHORTLIST_SIZE, EXPORT_TARGETS
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -60,6 +56,9 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     elif args.shortlist_size is not None:
         parser.error("--shortlist-size sizes a shortlist: give --shortlist-from PREFIX to build one.")
     check_writable(args.out, "--out", parser)
+    from ..inference.engines.export_common import ExportError
+    from ..inference.engines.exporting import export
+
     try:
         out = export(
             args.model,

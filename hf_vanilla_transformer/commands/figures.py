@@ -13,22 +13,7 @@ Needs the `plots` extra (matplotlib).
 import argparse
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from ..common.cli import ArgumentParser, positive_int, refusals_in_one_line, run_command
-from ..figures.plotting import (
-    attention_maps,
-    find_hangul_font,
-    plot_alignment,
-    plot_attention,
-    plot_chatbot_curves,
-    plot_learning_rate,
-    plot_positional_encoding,
-    plot_training_curves,
-    plot_training_losses_compared,
-)
-from ..training.chatbot import load_chatbot, preprocess_sentence
-from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 ATTENTION_FILES = {
     "encoder": "attention_encoder_self.png",
@@ -70,6 +55,22 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Draw the figures that `args` ask for into `args.out`."""
+    # Imported where the figures are drawn, so that `--help` and argument errors answer without torch.
+    from .. import VanillaTransformerForConditionalGeneration
+    from ..common.tokenization import load_tokenizer
+    from ..figures.plotting import (
+        attention_maps,
+        find_hangul_font,
+        plot_alignment,
+        plot_attention,
+        plot_chatbot_curves,
+        plot_learning_rate,
+        plot_positional_encoding,
+        plot_training_curves,
+        plot_training_losses_compared,
+    )
+    from ..training.chatbot import load_chatbot, preprocess_sentence
+
     missing = [
         str(folder)
         for folder in [args.model, args.translation_model, *args.run]
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
         model = VanillaTransformerForConditionalGeneration.from_pretrained(
             args.translation_model, attn_implementation="eager"
         )
-        maps = attention_maps(model, AutoTokenizer.from_pretrained(args.translation_model), args.sentence)
+        maps = attention_maps(model, load_tokenizer(args.translation_model), args.sentence)
         print(f"Source tokens: {maps.source_tokens}\nOutput tokens: {maps.target_tokens}")
         written.append(args.out / "translation_alignment.png")
         plot_alignment(maps, path=written[-1])

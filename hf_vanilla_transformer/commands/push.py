@@ -15,15 +15,8 @@ import argparse
 import re
 import sys
 
-from huggingface_hub.errors import HfHubHTTPError
-
-# huggingface_hub's HTTP client, under the name it exports across its major versions.
-from huggingface_hub.utils import httpx
-
 from ..common.cli import ArgumentParser, first_line, run_command
-from ..hub.model_card import CardTemplateError
-from ..hub.publishing import DEFAULT_MAX_SHARD_SIZE, push_model
-from ..inference.engines.ctranslate2_export import CTRANSLATE2_QUANTIZATIONS
+from ..inference.engines.names import CTRANSLATE2_QUANTIZATIONS
 
 # Answers that mean the token is missing, invalid, or may not write to the repo.
 AUTH_STATUSES = {401: "Unauthorized", 403: "Forbidden"}
@@ -59,9 +52,7 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
     parser.add_argument(
         "--card", help="Jinja model card template (default: the package's model_cards/template.md)"
     )
-    parser.add_argument(
-        "--max-shard-size", type=shard_size, default=DEFAULT_MAX_SHARD_SIZE, help="largest weights file"
-    )
+    parser.add_argument("--max-shard-size", type=shard_size, help="largest weights file (default: 5GB)")
     parser.add_argument(
         "--commit-message", help="commit message (default: Upload MODEL_DIR with hf-vanilla-transformer)"
     )
@@ -82,6 +73,15 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Push `args.model_dir` to `args.repo_id` and print the commit."""
     if args.ctranslate2_quantization is not None and not args.with_ctranslate2:
         parser.error("--ctranslate2-quantization applies to the CTranslate2 export: add --with-ctranslate2.")
+    # Imported where the push runs, so that `--help` and argument errors answer without torch.
+    from huggingface_hub.errors import HfHubHTTPError
+
+    # huggingface_hub's HTTP client, under the name it exports across its major versions.
+    from huggingface_hub.utils import httpx
+
+    from ..hub.model_card import CardTemplateError
+    from ..hub.publishing import DEFAULT_MAX_SHARD_SIZE, push_model
+
     try:
         commit = push_model(
             args.model_dir,
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             revision=args.revision,
             private=args.private or None,  # without --private: the Hub's default visibility
             card_template=args.card,
-            max_shard_size=args.max_shard_size,
+            max_shard_size=args.max_shard_size or DEFAULT_MAX_SHARD_SIZE,
             commit_message=args.commit_message,
             token=args.token,
             with_ctranslate2=args.with_ctranslate2,

@@ -11,11 +11,14 @@ line counts, text that is not UTF-8, a blank source or target line, and a pair l
 positions.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import sys
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..common.cli import (
     STANDARD_STREAM,
@@ -26,8 +29,10 @@ from ..common.cli import (
     refusals_in_one_line,
     run_command,
 )
-from ..inference.scoring import PairScore, check_pairs, score_pairs
 from .engine_options import add_engine_arguments, command_engine, load_command_translator
+
+if TYPE_CHECKING:
+    from ..inference.scoring import PairScore
 
 SCORE_FORMATS = ("text", "jsonl")
 
@@ -59,6 +64,9 @@ def _format(score: PairScore, output_format: str) -> str:
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Write the score of every (`args.source`, `args.target`) line pair to `args.output`."""
+    # Imported where scoring runs, so that `--help` and argument errors answer without torch.
+    from ..inference.scoring import check_pairs, score_pairs
+
     if args.output != STANDARD_STREAM:
         if Path(args.output).is_dir():
             parser.error(f"--output {args.output} is a folder: give a file name for the scores.")

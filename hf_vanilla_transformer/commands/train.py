@@ -22,21 +22,11 @@ from typing import Any
 
 from ..common.cli import ArgumentParser, check_writable, refusals_in_one_line, run_command
 from ..common.settings_schema import add_arguments, flag_name, schema_values
-from ..training.pipeline import run_training
 from ..training.presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
 from ..training.settings import SET_BY_THE_RUN, TrainingSettings
-from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
 
 __all__ = ["build_parser", "main", "parse_args", "run"]
 
-# Settings that hold a word (the config checks which words); the others take numbers, true/false or null.
-WORD_FIELDS = {field.name for field in dataclasses.fields(VanillaTransformerConfig) if field.type is str}
-WORD_FIELDS.add("attn_implementation")
-NULLABLE_FIELDS = {
-    field.name
-    for field in dataclasses.fields(VanillaTransformerConfig)
-    if type(None) in typing.get_args(field.type)
-}
 LITERALS = {"true": True, "True": True, "false": False, "False": False, "null": None, "None": None}
 
 
@@ -44,10 +34,16 @@ def override_value(key: str, text: str) -> Any:
     """The value of `--model-override KEY=TEXT`: TEXT as is for a word setting (activation_function,
     position_embedding_type, sinusoidal_layout, attn_implementation), else an int, a finite float,
     true/false or null."""
-    if key in WORD_FIELDS:
+    # The config is imported here, not with the module, so that `--help` answers without torch.
+    from .. import VanillaTransformerConfig
+
+    fields = dataclasses.fields(VanillaTransformerConfig)
+    # Settings that hold a word (the config checks which words); the others take numbers, true/false or null.
+    if key == "attn_implementation" or key in {field.name for field in fields if field.type is str}:
         return text
     if text in LITERALS:
-        if LITERALS[text] is None and key not in NULLABLE_FIELDS:
+        nullable = {field.name for field in fields if type(None) in typing.get_args(field.type)}
+        if LITERALS[text] is None and key not in nullable:
             raise ValueError(f"{key}={text}: {key} takes a value, not null")
         return LITERALS[text]
     for kind in (int, float):
@@ -132,6 +128,8 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Train, average and evaluate as `args` say; what the run refuses (a folder of checkpoints without
     --resume, a resume with another recipe, missing or mismatched data) is reported in one line."""
+    from ..training.pipeline import run_training
+
     settings = training_settings(args, parser)
     with refusals_in_one_line(parser):
         run_training(settings)

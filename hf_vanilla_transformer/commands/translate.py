@@ -23,8 +23,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from tqdm.auto import tqdm
-
 from ..common.cli import (
     STANDARD_STREAM,
     ArgumentParser,
@@ -41,7 +39,6 @@ from ..common.text_lines import NotUTF8Error, arriving_chunks, count_lines
 from ..inference import sentence_splitting
 from ..inference.hypotheses import OUTPUT_FORMATS, format_translation
 from ..inference.sentence_splitting import SPLITTER_LANGUAGES
-from ..inference.translation import seed_sampling
 from .engine_options import add_engine_arguments, command_engine, load_command_translator
 
 # Lines translated at a time: sorted by length within a chunk, written in input order after it.
@@ -220,6 +217,11 @@ def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
             f"--alignments: the {engine.title} engine gives no attention to align with; translate with the "
             "torch or ctranslate2 engine."
         )
+    # Imported where a translation runs, so that `--help` and argument errors answer without torch.
+    from tqdm.auto import tqdm
+
+    from ..inference.translation import seed_sampling
+
     source, total = _input_stream(args, parser)
     translator = load_command_translator(args, parser, engine)
     if "do_sample" in overrides:

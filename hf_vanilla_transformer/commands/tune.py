@@ -12,8 +12,6 @@ Use a dev set, never the test set.
 
 import argparse
 
-import torch
-
 from ..common.cli import (
     ArgumentParser,
     input_lines,
@@ -28,8 +26,6 @@ from ..evaluation.tuning import (
     save_decoding,
     search_decoding,
 )
-from ..inference.engines.base import detect_engine
-from ..inference.translator import load_translator
 
 
 def build_parser(prog: str | None = None) -> ArgumentParser:
@@ -62,6 +58,12 @@ def build_parser(prog: str | None = None) -> ArgumentParser:
 
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Print the dev BLEU of every choice tried and the best; with `--save`, write the best."""
+    # Imported where the search runs, so that `--help` and argument errors answer without torch.
+    import torch
+
+    from ..inference.engines.base import detect_engine
+    from ..inference.translator import load_translator
+
     sources = input_lines(args.source, "--source", parser)
     references = input_lines(args.reference, "--reference", parser)
     for flag, lines, path in (

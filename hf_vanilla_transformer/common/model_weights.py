@@ -22,6 +22,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, PreTrainedModel
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, cached_file
 
+from ..registration import register_auto_classes
 from .model_location import loading
 
 Model = TypeVar("Model")
@@ -34,7 +35,8 @@ _LAYER_WEIGHT = re.compile(r"^(?P<stack>.*\.layers)\.(?P<index>\d+)\.")
 def load_pretrained(model_class: type[Model], name_or_path: str | Path, **kwargs: Any) -> Model:
     """`model_class.from_pretrained(name_or_path, **kwargs)` (a model class, or an Auto class) inside
     `loading`, once `check_weights_match` has found the weights to be what the config describes: a one-line
-    ValueError otherwise."""
+    ValueError otherwise. The package's model is registered with the Auto classes first."""
+    register_auto_classes()
     with loading(name_or_path):
         check_weights_match(model_class, name_or_path)
         return model_class.from_pretrained(name_or_path, **kwargs)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from ..registration import register_auto_classes
 from .model_location import check_holds_tokenizer, loading
 from .text_lines import iter_lines
 
@@ -229,6 +230,8 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs) -> PreTrainedToken
     """
     if Path(name_or_path).is_dir():
         check_holds_tokenizer(name_or_path)
+    # AutoTokenizer reads the folder's config.json: registered, the model's type needs no remote code.
+    register_auto_classes()
     with loading(name_or_path, model=False):
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
     vocab = tokenizer.get_vocab()

@@ -17,19 +17,24 @@ write a `save_pretrained` folder and return a `ConversionReport` of which source
 One module per source (`marian`, `fairseq`) and one for what they share (`common`).
 """
 
-from .common import ConversionError, ConversionReport, load_converted_state, max_logits_difference
-from .fairseq import (
-    FAIRSEQ_BPE_FILES,
-    bpe_file_name,
-    config_from_fairseq,
-    convert_fairseq_checkpoint,
-    fairseq_model_args,
-    load_fairseq_checkpoint,
-    read_fairseq_dictionary,
-    state_dict_from_fairseq,
-    tokenizer_from_fairseq_dictionary,
-)
-from .marian import config_from_marian, convert_marian, convert_marian_folder, state_dict_from_marian
+from typing import TYPE_CHECKING
+
+from ..lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .common import ConversionError, ConversionReport, load_converted_state, max_logits_difference
+    from .fairseq import (
+        FAIRSEQ_BPE_FILES,
+        bpe_file_name,
+        config_from_fairseq,
+        convert_fairseq_checkpoint,
+        fairseq_model_args,
+        load_fairseq_checkpoint,
+        read_fairseq_dictionary,
+        state_dict_from_fairseq,
+        tokenizer_from_fairseq_dictionary,
+    )
+    from .marian import config_from_marian, convert_marian, convert_marian_folder, state_dict_from_marian
 
 __all__ = [
     "FAIRSEQ_BPE_FILES",
@@ -50,3 +55,5 @@ __all__ = [
     "state_dict_from_marian",
     "tokenizer_from_fairseq_dictionary",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

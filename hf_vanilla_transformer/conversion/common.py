@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .. import VanillaTransformerForConditionalGeneration
 from ..common.model_location import TARGET_TOKENIZER_DIR, TOKENIZER_FILES, remove_model_descriptions
-from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
 # The BPE files fairseq's hub loader picks up next to a translation model.
 FAIRSEQ_BPE_FILES = ("bpecodes", "code", "sentencepiece.bpe.model")

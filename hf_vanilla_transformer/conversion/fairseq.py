@@ -20,12 +20,11 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from .. import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from ..common.model_location import TARGET_TOKENIZER_DIR
 from ..common.text_lines import iter_lines
 from ..common.tokenization import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, UNK_TOKEN, wrap_tokenizer
-from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .common import (
     FAIRSEQ_BPE_FILES,
     ConversionError,

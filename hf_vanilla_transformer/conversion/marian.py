@@ -15,8 +15,7 @@ from safetensors import SafetensorError
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 from transformers.utils import is_sentencepiece_available
 
-from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
-from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from .. import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from .common import (
     MARIAN_TOKENIZER_FILES,
     ConversionError,

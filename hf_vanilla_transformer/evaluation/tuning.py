@@ -1,18 +1,21 @@
 """The beam size and length penalty chosen on the development set, as the paper chose them (Section 6.1:
 "These hyperparameters were chosen after experimentation on the development set"). Never tune on a test
-set: its score would no longer measure unseen data."""
+set: its score would no longer measure unseen data.
+
+The metrics and transformers are imported where a search or a save runs: the `tune` command's parser reads
+this module's defaults, and `--help` answers before they are imported."""
+
+from __future__ import annotations
 
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from transformers import GenerationConfig
-
-from ..common.model_location import GENERATION_CONFIG_FILE
-from .metrics import BleuResult, corpus_bleu
+if TYPE_CHECKING:
+    from .metrics import BleuResult
 
 DEFAULT_LENGTH_PENALTIES = (0.6, 0.8, 1.0, 1.2, 1.5)
 
@@ -31,7 +34,7 @@ class DecodingChoice(NamedTuple):
     length_penalty: float | None
 
     @classmethod
-    def of(cls, num_beams: int, length_penalty: float) -> "DecodingChoice":
+    def of(cls, num_beams: int, length_penalty: float) -> DecodingChoice:
         """The choice of `num_beams` with `length_penalty`, which greedy decoding drops."""
         return cls(num_beams, None if num_beams == 1 else length_penalty)
 
@@ -97,6 +100,8 @@ def search_decoding(
         raise ValueError(
             f"{len(sources)} source sentences but {len(references)} references: give line-aligned files."
         )
+    from .metrics import corpus_bleu
+
     alphas = list(dict.fromkeys(float(value) for value in length_penalties))
     choices = dict.fromkeys(DecodingChoice.of(size, alpha) for size in beam_sizes for alpha in alphas)
     bleu = {}
@@ -115,6 +120,8 @@ def generation_config_file(model_dir: str | Path) -> Path:
         FileNotFoundError: `model_dir` is not a local folder with a generation config.
         ValueError: this process may not write that file.
     """
+    from ..common.model_location import GENERATION_CONFIG_FILE
+
     path = Path(model_dir) / GENERATION_CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(
@@ -134,6 +141,8 @@ def save_decoding(model_dir: str | Path, choice: DecodingChoice) -> Path:
     Raises:
         FileNotFoundError: `model_dir` is not a local folder with a generation config.
     """
+    from transformers import GenerationConfig
+
     path = generation_config_file(model_dir)
     config = GenerationConfig.from_pretrained(path.parent)
     config.num_beams = choice.num_beams

@@ -27,7 +27,7 @@ from huggingface_hub import CommitInfo, HfApi, ModelCard
 from huggingface_hub.utils import validate_repo_id
 from transformers.utils import logging
 
-from .. import translation_pipeline
+from .. import VanillaTransformerForConditionalGeneration, translation_pipeline
 from ..common.model_location import TARGET_TOKENIZER_DIR, check_holds_tokenizer
 from ..common.model_weights import load_pretrained
 from ..common.tokenization import load_tokenizer
@@ -36,7 +36,6 @@ from ..inference.engines.ctranslate2_export import export_ctranslate2
 from ..inference.engines.export_common import ExportSource
 from ..translation_pipeline import find_target_tokenizer
 from ..vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .model_card import (
     CARD_TEMPLATE,
     CTRANSLATE2_DIR,

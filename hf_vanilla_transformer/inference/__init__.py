@@ -5,6 +5,13 @@ giving each input's n best (`hypotheses`), log-probabilities by forced decoding 
 engine, PyTorch, CTranslate2 and ONNX Runtime, with its exporter beside it, and `shortlist` the vocabulary
 shortlists of CTranslate2 exports."""
 
-from .translator import Translator, load_model, load_translator
+from typing import TYPE_CHECKING
+
+from ..lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .translator import Translator, load_model, load_translator
 
 __all__ = ["Translator", "load_model", "load_translator"]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

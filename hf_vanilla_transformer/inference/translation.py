@@ -23,6 +23,7 @@ from ..common.cpu_speedups import (
     weights_fixed_for_decoding,
     with_nn_linear_layers,
 )
+from ..registration import register_auto_classes
 from ..translation_pipeline import find_target_tokenizer
 from ..vanilla_transformer.generation_vanilla_transformer import length_penalty, output_length_offset
 from .alignment import align
@@ -42,6 +43,7 @@ def load_tokenizers(
 ) -> tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase | None]:
     """A model's tokenizer, and its target tokenizer when the source and target vocabularies are separate
     (converted fairseq models keep it in `target_tokenizer/`): pass both to `translate`."""
+    register_auto_classes()
     return AutoTokenizer.from_pretrained(model_name_or_path), find_target_tokenizer(model_name_or_path)
 
 

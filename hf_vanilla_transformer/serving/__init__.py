@@ -7,20 +7,25 @@ files kept for download (`files`), cross-origin access (`middleware`), a web pag
 '.[serve]'.
 """
 
-from .app import SCHEDULERS, ServerSettings, create_app, translator_decode
-from .batcher import Batcher, QueueFull, Scheduler
-from .iteration_scheduler import IterationScheduler
-from .limits import ApiKeys, Limits, Refusal, RequestRate, read_api_keys
-from .middleware import parse_origins
-from .server import (
-    Timeouts,
-    check_port,
-    default_max_connections,
-    is_loopback,
-    parse_forwarded_allow_ips,
-    recorded_languages,
-    server_for,
-)
+from typing import TYPE_CHECKING
+
+from ..lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .app import SCHEDULERS, ServerSettings, create_app, translator_decode
+    from .batcher import Batcher, QueueFull, Scheduler
+    from .iteration_scheduler import IterationScheduler
+    from .limits import ApiKeys, Limits, Refusal, RequestRate, read_api_keys
+    from .middleware import parse_origins
+    from .server import (
+        Timeouts,
+        check_port,
+        default_max_connections,
+        is_loopback,
+        parse_forwarded_allow_ips,
+        recorded_languages,
+        server_for,
+    )
 
 __all__ = [
     "SCHEDULERS",
@@ -45,3 +50,5 @@ __all__ = [
     "server_for",
     "translator_decode",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -14,27 +14,25 @@ dev and test sets stay real.
 
 A run records its synthetic files (their paths and sizes) and tag with its recipe, so `--resume` with other
 synthetic data is refused as another recipe is.
+
+The settings' part (the tag, its checks) imports no data library: the `train` command's parser uses it, and
+`--help` answers before datasets, transformers or torch are imported.
 """
+
+from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import pyarrow.compute as pc
-from accelerate import PartialState
-from datasets import Dataset, concatenate_datasets
-from transformers import PreTrainedTokenizerBase
-from transformers.utils import logging
-
-from ..common.tokenization import SPECIAL_TOKENS
-from .data import read_text_pair
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from transformers import PreTrainedTokenizerBase
 
 # Caswell et al. (2019) prepend a reserved token to every back-translated source.
 DEFAULT_TAG = "<BT>"
 # What `--synthetic-tag` takes for synthetic sources left untagged (plain back-translation).
 NO_TAG = "none"
-
-logger = logging.get_logger(__name__)
 
 
 class SyntheticSettings(Protocol):
@@ -49,6 +47,8 @@ class SyntheticSettings(Protocol):
 def tag_token(text: str) -> str:
     """argparse type of `--synthetic-tag`: a token without spaces (the tokenizer matches it as written), not
     one of the vocabulary's special tokens; "none" for no tag."""
+    from ..common.tokenization import SPECIAL_TOKENS
+
     if not text or text != text.strip() or len(text.split()) != 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a tag: give one word without spaces, e.g. <BT>")
     if text in SPECIAL_TOKENS:
@@ -103,6 +103,8 @@ def synthetic_record(settings: SyntheticSettings) -> dict[str, Any]:
 
 def load_synthetic_pairs(settings: SyntheticSettings) -> Dataset | None:
     """The synthetic pairs, untagged (`src`/`tgt` columns, as `data.read_text_pair` reads them), or None."""
+    from .data import read_text_pair
+
     if settings.synthetic_source is None:
         return None
     return read_text_pair(settings.synthetic_source, settings.synthetic_target)
@@ -110,6 +112,8 @@ def load_synthetic_pairs(settings: SyntheticSettings) -> Dataset | None:
 
 def _containing(pairs: Dataset, tag: str) -> str | None:
     """The first side (`src`, `tgt`) of `pairs` in which some line holds `tag`, else None."""
+    import pyarrow.compute as pc
+
     table = pairs.with_format("arrow")
     for column in ("src", "tgt"):
         if pc.any(pc.match_substring(table[column], tag, ignore_case=False)).as_py():
@@ -149,6 +153,10 @@ def check_tag(
 def with_synthetic_pairs(real: Dataset, synthetic: Dataset | None, settings: SyntheticSettings) -> Dataset:
     """The training pairs: the real pairs, then the synthetic pairs with the tag and a space in front of
     each source (`check_tag` having checked that the tokenizer reads it as one token). Logs the counts."""
+    from accelerate import PartialState
+    from datasets import concatenate_datasets
+    from transformers.utils import logging
+
     if synthetic is None:
         return real
     tag = synthetic_tag(settings)
@@ -160,7 +168,7 @@ def with_synthetic_pairs(real: Dataset, synthetic: Dataset | None, settings: Syn
                 batched=True,
                 desc="Tagging synthetic sources",
             )
-    logger.info(
+    logging.get_logger(__name__).info(
         f"Training pairs: {len(real):,} real and {len(synthetic):,} synthetic ("
         + (f"sources tagged {tag})" if tag is not None else "untagged)")
     )

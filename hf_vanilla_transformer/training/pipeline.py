@@ -40,13 +40,12 @@ from transformers import (
 )
 from transformers.utils import is_torch_tf32_available, logging
 
+from .. import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from ..common.cpu_speedups import cpu_decoding, cpu_training
 from ..common.model_location import RESULTS_FILE
 from ..common.model_weights import load_pretrained
 from ..common.tokenization import load_tokenizer, train_shared_bpe_tokenizer
-from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
 from ..vanilla_transformer.generation_vanilla_transformer import paper_generation_config
-from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .averaging import average_checkpoints, last_checkpoints
 from .backtranslation import (
     check_tag,

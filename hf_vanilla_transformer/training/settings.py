@@ -6,16 +6,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-from transformers.integrations.integration_utils import (
-    INTEGRATION_TO_CALLBACK,
-    get_available_reporting_integrations,
-    is_flytekit_available,
-)
-
 from ..common.cli import non_negative_int, positive_int, random_seed
 from ..common.settings_schema import check_settings, optional_copy, setting
-from ..vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
 from .backtranslation import DEFAULT_TAG, check_synthetic_settings, tag_token
 from .presets import DATA, EVALUATION, MODEL, TRAINING, TRAINING_PRESETS, TrainingPreset
 
@@ -32,8 +24,26 @@ DEFAULT_EVALUATION = {"dev": str(MULTI30K / "val"), "test": str(MULTI30K / "test
 AUTO = "auto"
 # What `dev`, `test` (and their flags) take for no such set.
 NONE = "none"
-# What `report_to` takes: transformers' experiment trackers, "all" (every one installed) or "none".
-REPORT_TO = ("none", "all", *sorted(INTEGRATION_TO_CALLBACK))
+# What `report_to` takes: transformers' experiment trackers (`INTEGRATION_TO_CALLBACK` of its
+# integration_utils, the same from 5.4 to 5.24; named here so that the parser imports no transformers), "all"
+# (every one installed) or "none".
+TRACKERS = (
+    "azure_ml",
+    "clearml",
+    "codecarbon",
+    "comet_ml",
+    "dagshub",
+    "dvclive",
+    "flyte",
+    "kubeflow",
+    "mlflow",
+    "neptune",
+    "swanlab",
+    "tensorboard",
+    "trackio",
+    "wandb",
+)
+REPORT_TO = ("none", "all", *TRACKERS)
 
 # The recipe settings a run may change, each None (the preset's) unless given: `TrainingPreset`'s fields.
 RecipeOverrides = optional_copy(TrainingPreset, "RecipeOverrides")
@@ -41,6 +51,11 @@ RecipeOverrides = optional_copy(TrainingPreset, "RecipeOverrides")
 
 def installed_trackers() -> set[str]:
     """The experiment trackers of `REPORT_TO` whose packages are installed."""
+    from transformers.integrations.integration_utils import (
+        get_available_reporting_integrations,
+        is_flytekit_available,
+    )
+
     # transformers' list of installed integrations leaves flyte out.
     return {*get_available_reporting_integrations(), *(["flyte"] if is_flytekit_available() else [])}
 
@@ -205,6 +220,8 @@ class TrainingSettings(RecipeOverrides):
                 f"--model-override ({', '.join(self.model_overrides)}) cannot change {self.init_from}: a "
                 "fine-tuned model keeps the architecture it starts from."
             )
+        from .. import VanillaTransformerConfig
+
         try:
             VanillaTransformerConfig.from_preset(recipe.model_preset, **recipe.model_overrides)
         except (ValueError, TypeError) as error:
@@ -283,6 +300,8 @@ class TrainingSettings(RecipeOverrides):
     def workers(self) -> int:
         """Data-loading worker processes per device: the given number, else a few on a GPU, none on a CPU."""
         if self.dataloader_workers is None:
+            import torch
+
             return GPU_DATALOADER_WORKERS if torch.cuda.is_available() else 0
         if self.dataloader_workers < 0:
             raise ValueError(

@@ -17,10 +17,10 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase, Seq2SeqTrainingArguments
 from transformers.trainer_utils import EvalPrediction, seed_worker
 
+from .. import VanillaTransformerForConditionalGeneration
 from ..common.cpu_speedups import fast_dropout_masks
 from ..common.hardware import bf16_is_native, cpu_features
 from ..evaluation.metrics import corpus_bleu
-from ..vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
 from .loss import LabelSmoothedSeq2SeqTrainer
 from .presets import TrainingPreset

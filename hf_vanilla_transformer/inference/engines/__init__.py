@@ -24,42 +24,53 @@ Modules: `base` (the `Engine` interface and what the exported engines share), `t
 `exporting`.
 """
 
-from .base import Engine, LoadOptions, detect_engine
-from .ctranslate2 import (
-    CTRANSLATE2_COMPUTE_TYPES,
-    CTRANSLATE2_DEVICES,
-    CTranslate2Engine,
-    CTranslate2Options,
-    CTranslate2Seq2SeqLM,
-    check_ctranslate2_device,
-    ctranslate2_options,
-)
-from .ctranslate2_export import (
-    CTRANSLATE2_QUANTIZATIONS,
-    ctranslate2_refusals,
-    ctranslate2_spec,
-    ctranslate2_vocabulary,
-    export_ctranslate2,
-)
-from .export_common import ExportError, ExportSource, export_info, load_for_export, require_packages
-from .exporting import export
-from .onnx import OnnxEncoderOutput, OnnxEngine, OnnxSeq2SeqLM
-from .onnx_graphs import (
-    ONNX_DECODER_FILE,
-    ONNX_DECODER_INPUTS,
-    ONNX_ENCODER_FILE,
-    ONNX_ENCODER_INPUTS,
-    OnnxDecoderGraph,
-    OnnxEncoderGraph,
-    export_onnx,
-)
-from .registry import ENGINE_REGISTRY, ENGINES, EXPORT_TARGETS, get_engine
-from .torch import TorchEngine
+from typing import TYPE_CHECKING
+
+from ...lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from .base import Engine, LoadOptions, detect_engine
+    from .ctranslate2 import (
+        CTranslate2Engine,
+        CTranslate2Options,
+        CTranslate2Seq2SeqLM,
+        check_ctranslate2_device,
+        ctranslate2_options,
+    )
+    from .ctranslate2_export import (
+        ctranslate2_refusals,
+        ctranslate2_spec,
+        ctranslate2_vocabulary,
+        export_ctranslate2,
+    )
+    from .export_common import ExportError, ExportSource, export_info, load_for_export, require_packages
+    from .exporting import export
+    from .names import (
+        CTRANSLATE2_COMPUTE_TYPES,
+        CTRANSLATE2_DEVICES,
+        CTRANSLATE2_QUANTIZATIONS,
+        DEFAULT_SHORTLIST_SIZE,
+        ENGINES,
+        EXPORT_TARGETS,
+    )
+    from .onnx import OnnxEncoderOutput, OnnxEngine, OnnxSeq2SeqLM
+    from .onnx_graphs import (
+        ONNX_DECODER_FILE,
+        ONNX_DECODER_INPUTS,
+        ONNX_ENCODER_FILE,
+        ONNX_ENCODER_INPUTS,
+        OnnxDecoderGraph,
+        OnnxEncoderGraph,
+        export_onnx,
+    )
+    from .registry import ENGINE_REGISTRY, get_engine
+    from .torch import TorchEngine
 
 __all__ = [
     "CTRANSLATE2_COMPUTE_TYPES",
     "CTRANSLATE2_DEVICES",
     "CTRANSLATE2_QUANTIZATIONS",
+    "DEFAULT_SHORTLIST_SIZE",
     "ENGINES",
     "ENGINE_REGISTRY",
     "EXPORT_TARGETS",
@@ -94,3 +105,5 @@ __all__ = [
     "load_for_export",
     "require_packages",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -33,7 +33,7 @@ from ...common.cli import first_line
 from ...common.text_lines import iter_lines
 from ...vanilla_transformer.generation_vanilla_transformer import length_penalty, output_length_offset
 from .base import Engine, LoadOptions
-from .ctranslate2_export import CTRANSLATE2_QUANTIZATIONS, export_ctranslate2
+from .ctranslate2_export import export_ctranslate2
 from .export_common import (
     ExportError,
     ExportSource,
@@ -42,13 +42,9 @@ from .export_common import (
     export_info,
     require_packages,
 )
-from .shortlist import DEFAULT_SHORTLIST_SIZE, VMAP_FILE, build_shortlist
+from .names import CTRANSLATE2_COMPUTE_TYPES, CTRANSLATE2_DEVICES, DEFAULT_SHORTLIST_SIZE
+from .shortlist import VMAP_FILE, build_shortlist
 
-CTRANSLATE2_DEVICES = ("cpu", "cuda")
-# "default" keeps the export's weight type, converted where the device cannot compute in it (an
-# int8_float16 export runs as int8_float32 on the CPU, say); "auto" takes the fastest type the device has.
-# The others are CTranslate2's weight types, which the weights are converted to when the model loads.
-CTRANSLATE2_COMPUTE_TYPES = ("default", "auto", *CTRANSLATE2_QUANTIZATIONS)
 # CTranslate2 stops at the first finished best hypothesis when its length penalty is 0, where transformers
 # waits for beam-size finished hypotheses; this penalty keeps transformers' rule and ranks as the raw scores.
 _CT2_NEUTRAL_PENALTY = 1e-9
@@ -461,9 +457,6 @@ class CTranslate2Engine(Engine):
 
 
 __all__ = [
-    "CTRANSLATE2_COMPUTE_TYPES",
-    "CTRANSLATE2_DEVICES",
-    "CTRANSLATE2_QUANTIZATIONS",
     "CTranslate2Engine",
     "CTranslate2Options",
     "CTranslate2Seq2SeqLM",

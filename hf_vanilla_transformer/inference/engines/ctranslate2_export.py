@@ -11,23 +11,12 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from ...vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
-from ...vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ... import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from ..alignment import alignment_layer
 from .export_common import ExportError, ExportSource, _prepare_output, _save_companions, require_packages
+from .names import CTRANSLATE2_QUANTIZATIONS
 from .shortlist import VMAP_FILE, Shortlist
 
-# CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES); float32 is the default.
-CTRANSLATE2_QUANTIZATIONS = (
-    "float32",
-    "int8",
-    "int8_float32",
-    "int8_float16",
-    "int8_bfloat16",
-    "int16",
-    "float16",
-    "bfloat16",
-)
 # CTranslate2's activation (ctranslate2.specs.Activation member) for each of ours: GELU is the erf form in
 # both, swish and silu are x * sigmoid(x).
 _CTRANSLATE2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH", "silu": "SWISH"}

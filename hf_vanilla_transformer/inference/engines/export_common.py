@@ -12,12 +12,11 @@ from typing import Any
 import torch
 from transformers import AutoModelForSeq2SeqLM, PreTrainedTokenizerBase
 
+from ... import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from ...common.cli import first_line
 from ...common.model_location import loading, read_export_info, write_export_info
 from ...common.model_weights import load_pretrained
 from ...translation_pipeline import TARGET_TOKENIZER_DIR
-from ...vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
-from ...vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation import load_tokenizers
 
 # The packages each export needs, and running an ONNX export.

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from .export_common import ExportError, load_for_export, require_packages
+from .names import DEFAULT_SHORTLIST_SIZE
 from .registry import ENGINE_REGISTRY, EXPORT_TARGETS
-from .shortlist import DEFAULT_SHORTLIST_SIZE
 
 # The options `export` passes on to an engine's own export where it takes them, with the flag that sets each.
 _OPTION_FLAGS = {

@@ -15,7 +15,7 @@ from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput
 
-from ...vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
+from ... import VanillaTransformerConfig
 from ...vanilla_transformer.generation_vanilla_transformer import PaperDecodingMixin
 from ...vanilla_transformer.modeling_vanilla_transformer import OUTPUT_CACHE_FIELD, accepts_past_key_values
 from .base import Engine, LoadOptions

@@ -11,8 +11,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 
-from ...vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
-from ...vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ... import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from .export_common import ExportSource, _prepare_output, _save_companions, require_packages
 
 ONNX_ENCODER_FILE = "encoder.onnx"

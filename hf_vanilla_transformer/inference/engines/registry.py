@@ -3,15 +3,13 @@ and what loading, exporting and the commands look an engine up in instead of nam
 
 from .base import Engine
 from .ctranslate2 import CTranslate2Engine
+from .names import ENGINES, EXPORT_TARGETS
 from .onnx import OnnxEngine
 from .torch import TorchEngine
 
 ENGINE_REGISTRY: dict[str, Engine] = {
     engine.name: engine for engine in (TorchEngine(), CTranslate2Engine(), OnnxEngine())
 }
-# The names of the engines, and of those a model can be exported for.
-ENGINES = tuple(ENGINE_REGISTRY)
-EXPORT_TARGETS = tuple(name for name, engine in ENGINE_REGISTRY.items() if engine.exportable)
 
 
 def get_engine(name: str) -> Engine:

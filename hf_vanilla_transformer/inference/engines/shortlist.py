@@ -11,11 +11,11 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from .export_common import ExportError
+from .names import DEFAULT_SHORTLIST_SIZE
 
 # CTranslate2's vocabulary mapping file, read when translating with use_vmap=True.
 VMAP_FILE = "vmap.txt"
 # Target tokens allowed per source token where the caller does not say.
-DEFAULT_SHORTLIST_SIZE = 100
 
 
 @dataclass(frozen=True)
