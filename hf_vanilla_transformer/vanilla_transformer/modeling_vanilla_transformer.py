@@ -172,17 +172,26 @@ class VanillaTransformerPositionalEncoding(nn.Module):
             )
 
     def forward(
-        self, seq_length: int, cache_length: int | torch.Tensor = 0, left_padding: torch.Tensor | None = None
+        self,
+        seq_length: int,
+        cache_length: int | torch.Tensor = 0,
+        left_padding: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The encodings of positions cache_length, ..., cache_length + seq_length - 1, of shape (seq_length,
         d_model); with `left_padding` (each sequence's count of padding tokens before its first token) one
-        row of them per sequence, each counted from its first token. Lengths come from shapes; a static
-        cache gives its length as a tensor, whose value is not read back from the device (the decoder
-        checks the cache's capacity against learned positions instead)."""
+        row of them per sequence, each counted from its first token; with `position_ids` (batch, seq_length)
+        the encodings of those positions, each below cache_length + seq_length (several sequences packed
+        into one row, each counting from 0). Lengths come from shapes; a static cache gives its length as a
+        tensor, whose value is not read back from the device (the decoder checks the cache's capacity
+        against learned positions instead)."""
         table = self.weight
-        position_ids = torch.arange(seq_length, device=table.device) + cache_length
-        if left_padding is not None:
-            position_ids = (position_ids - left_padding.to(table.device)[:, None]).clamp_min(0)
+        if position_ids is None:
+            position_ids = torch.arange(seq_length, device=table.device) + cache_length
+            if left_padding is not None:
+                position_ids = (position_ids - left_padding.to(table.device)[:, None]).clamp_min(0)
+        else:
+            position_ids = position_ids.to(table.device)
         if isinstance(cache_length, int):
             self.check_length(cache_length + seq_length)
             if cache_length + seq_length > table.shape[0]:
@@ -489,21 +498,23 @@ def add_positions(
     dropout: nn.Dropout,
     attention_mask: torch.Tensor | None,
     cache_length: int | torch.Tensor = 0,
+    position_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The scaled embeddings plus the encodings of their positions, after dropout (Sections 3.4, 3.5 and
     5.4). Positions count from each sequence's first token, so that a sequence padded on the left (fairseq's
     habit, or a tokenizer with `padding_side="left"`) is encoded as it is alone; `attention_mask` (batch,
-    cache + tokens) shows the padding. An empty batch, or sequences of no tokens, are refused here: attention
-    cannot reshape zero elements."""
+    cache + tokens) shows the padding. `position_ids` (batch, tokens), where given, are the positions
+    instead: packed rows, whose sequences each count from 0. An empty batch, or sequences of no tokens, are
+    refused here: attention cannot reshape zero elements."""
     if inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
         raise ValueError(
             f"Empty input of shape {tuple(inputs_embeds.shape[:2])} (batch, tokens): pass at least one "
             "sequence of at least one token."
         )
     left_padding = None
-    if attention_mask is not None and attention_mask.dim() == 2:
+    if position_ids is None and attention_mask is not None and attention_mask.dim() == 2:
         left_padding = (attention_mask.cumsum(-1) == 0).sum(-1)
-    positions = embed_positions(inputs_embeds.shape[1], cache_length, left_padding)
+    positions = embed_positions(inputs_embeds.shape[1], cache_length, left_padding, position_ids)
     # The table is float32 whatever dtype the model was loaded in: the sum takes the embeddings' dtype.
     positions = positions.to(device=inputs_embeds.device, dtype=inputs_embeds.dtype)
     return dropout(inputs_embeds + positions)
@@ -539,13 +550,16 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of input_ids or inputs_embeds to the encoder.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
-        hidden_states = add_positions(inputs_embeds, self.embed_positions, self.dropout, attention_mask)
+        hidden_states = add_positions(
+            inputs_embeds, self.embed_positions, self.dropout, attention_mask, position_ids=position_ids
+        )
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
         )
@@ -590,6 +604,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        position_ids: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         r"""
@@ -631,7 +646,7 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         )
 
         hidden_states = add_positions(
-            inputs_embeds, self.embed_positions, self.dropout, given_mask, cache_length
+            inputs_embeds, self.embed_positions, self.dropout, given_mask, cache_length, position_ids
         )
         for decoder_layer in self.layers:
             hidden_states = decoder_layer(
@@ -701,12 +716,24 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        position_ids: torch.LongTensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        cross_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
         cache (`Cache`, *optional*):
             The keys and values of earlier decoding steps, as the model returned them with `use_cache=True`
             (documented here for transformers before 5.24, whose docstrings name it `past_key_values`).
+        position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The position of each source token (Section 3.5), where rows hold several sources packed one after
+            the other, each counting from 0. By default tokens count from each row's first unpadded token.
+        decoder_position_ids (`torch.LongTensor` of shape `(batch_size, target_sequence_length)`, *optional*):
+            The position of each decoder input token, as `position_ids` for the source.
+        cross_attention_mask (`torch.Tensor`, *optional*):
+            The encoder-decoder attention's own 4-D mask, of shape `(batch_size, 1, target_sequence_length,
+            sequence_length)`, for rows whose targets may attend to only part of their source row (packed
+            pairs); by default the encoder-decoder attention takes `attention_mask`.
         """
         if encoder_outputs is None:
             # return_dict=True in the inner calls: a config with return_dict=False asks for a tuple from
@@ -715,6 +742,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 inputs_embeds=inputs_embeds,
+                position_ids=position_ids,
                 return_dict=True,
                 **kwargs,
             )
@@ -728,10 +756,11 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
+            encoder_attention_mask=attention_mask if cross_attention_mask is None else cross_attention_mask,
             cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            position_ids=decoder_position_ids,
             return_dict=True,
             **kwargs,
         )
@@ -830,6 +859,9 @@ class VanillaTransformerForConditionalGeneration(
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        cross_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
@@ -842,6 +874,15 @@ class VanillaTransformerForConditionalGeneration(
         num_items_in_batch (`int` or `torch.Tensor`, *optional*):
             The number of labelled tokens in the whole accumulated batch, which the Trainer passes so that the
             loss is a mean over it rather than over this micro-batch.
+        position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The position of each source token (Section 3.5), where rows hold several sources packed one after
+            the other, each counting from 0. By default tokens count from each row's first unpadded token.
+        decoder_position_ids (`torch.LongTensor` of shape `(batch_size, target_sequence_length)`, *optional*):
+            The position of each decoder input token, as `position_ids` for the source.
+        cross_attention_mask (`torch.Tensor`, *optional*):
+            The encoder-decoder attention's own 4-D mask, of shape `(batch_size, 1, target_sequence_length,
+            sequence_length)`, for rows whose targets may attend to only part of their source row (packed
+            pairs); by default the encoder-decoder attention takes `attention_mask`.
         """
         if labels is not None:
             use_cache = False
@@ -858,6 +899,9 @@ class VanillaTransformerForConditionalGeneration(
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            position_ids=position_ids,
+            decoder_position_ids=decoder_position_ids,
+            cross_attention_mask=cross_attention_mask,
             return_dict=True,
             **kwargs,
         )
