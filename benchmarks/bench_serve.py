@@ -80,7 +80,7 @@ def free_port() -> int:
 class Server:
     """`vanilla-transformer serve` in a subprocess on a free port of 127.0.0.1, with its memory sampled."""
 
-    def __init__(self, model: str, *args: str, code: str | None = None):
+    def __init__(self, model: str, *args: str, code: str | None = None, wait: bool = True):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", model]
@@ -91,6 +91,12 @@ class Server:
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environment, cwd=code)
         self.peak_rss = 0
         self._stop = threading.Event()
+        if wait:
+            self.wait_until_up()
+
+    def wait_until_up(self) -> "Server":
+        """Wait for the server to answer /health, then sample its memory. Servers created with `wait`
+        False start side by side: each then waits here."""
         deadline = time.monotonic() + 300
         while True:
             if self.process.poll() is not None:
@@ -104,6 +110,7 @@ class Server:
                 time.sleep(0.2)
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
+        return self
 
     def rss(self) -> int:
         return psutil.Process(self.process.pid).memory_info().rss
@@ -569,16 +576,26 @@ def main(argv: list[str] | None = None) -> None:
         "--server-code",
         help="serve from the hf_vanilla_transformer package in this folder (another checkout)",
     )
-    parser.add_argument("--quick", action="store_true", help="2-3 s runs, few clients: a smoke test")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1-2 s runs, few clients, the comparison's servers reused by the later runs: a smoke test",
+    )
     parser.add_argument("--output", default=str(REPOSITORY / "benchmarks" / "results" / "results_serve.json"))
     args = parser.parse_args(argv)
     if Path(args.model).exists():  # the server may run in another folder (--server-code)
         args.model = str(Path(args.model).resolve())
+    # Seconds for the server's memory to settle after a load, before it is read.
+    settle = 2.0
     if args.quick:
-        args.clients, args.seconds, args.compare_clients, args.compare_seconds, args.rounds = 8, 3, 8, 2, 1
-        args.fault_seconds, args.burst, args.max_queue = 3, 40, 8
+        # Each run still sends tens to hundreds of requests: every client's first request is answered
+        # whatever the run's length, the faults' two bursts (one a second) overflow the queue, and the
+        # long-text runs leave their one client of short requests a second after its half-second head start.
+        args.clients, args.seconds, args.compare_clients, args.compare_seconds, args.rounds = 8, 1.5, 8, 1, 1
+        args.fault_seconds, args.burst, args.max_queue = 2, 40, 8
         args.fair_rounds, args.fair_clients, args.paragraph_chars = 1, 2, 300
-        args.long_texts, args.long_chars, args.long_seconds = [0, 1], 200, 3
+        args.long_texts, args.long_chars, args.long_seconds = [0, 1], 200, 1.5
+        settle = 0.5
 
     sentences = [line for line in Path(args.data).read_text(encoding="utf-8").splitlines() if line.strip()]
     languages = (args.source_lang, args.target_lang)
@@ -606,10 +623,13 @@ def main(argv: list[str] | None = None) -> None:
     }
     checker = Checker(references)
 
-    def measure_fairness() -> None:
+    def measure_fairness(server: Server | None = None) -> None:
+        """Against `server`, else against a server of its own, started and stopped here."""
         print(f"fairness: {args.fair_rounds} paragraphs of {len(paragraph)} characters ...", flush=True)
         expected = load_translator(args.model).translate_n_best([paragraph], split_sentences=True)[0].text
-        server = Server(args.model, *server_args, code=args.server_code)
+        own = server is None
+        if own:
+            server = Server(args.model, *server_args, code=args.server_code)
         result["fairness"] = asyncio.run(
             fairness(
                 server.url,
@@ -622,10 +642,12 @@ def main(argv: list[str] | None = None) -> None:
                 args.fair_rounds,
             )
         )
-        server.stop()
+        if own:
+            server.stop()
         print(json.dumps(result["fairness"], indent=1))
 
-    def measure_long_texts() -> None:
+    def measure_long_texts(servers: dict[str, Server] | None = None) -> None:
+        """Against `servers` (by scheduler), else against a server of its own for each scheduler."""
         long_text = unsplittable_text(args.long_chars)
         print(
             f"beside {args.long_texts} texts of {args.long_chars} characters without a break ...", flush=True
@@ -635,7 +657,12 @@ def main(argv: list[str] | None = None) -> None:
         result["long_text_alone_seconds"] = round(time.monotonic() - started, 2)
         result["beside_long_texts"] = {}
         for scheduler in args.schedulers:
-            server = Server(args.model, *server_args, "--scheduler", scheduler, code=args.server_code)
+            own = servers is None
+            server = (
+                Server(args.model, *server_args, "--scheduler", scheduler, code=args.server_code)
+                if own
+                else servers[scheduler]
+            )
             result["beside_long_texts"][scheduler] = [
                 asyncio.run(
                     beside_long_texts(
@@ -651,7 +678,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 for count in args.long_texts
             ]
-            server.stop()
+            if own:
+                server.stop()
         print(json.dumps(result["beside_long_texts"], indent=1))
 
     paragraph = paragraph_of(sentences, args.paragraph_chars)
@@ -682,13 +710,18 @@ def main(argv: list[str] | None = None) -> None:
         "rounds in turn ...",
         flush=True,
     )
+    # Started side by side, then waited for.
     servers = {
-        scheduler: Server(args.model, *server_args, "--scheduler", scheduler, code=args.server_code)
+        scheduler: Server(
+            args.model, *server_args, "--scheduler", scheduler, code=args.server_code, wait=False
+        )
         for scheduler in args.schedulers
     }
     servers["unbatched"] = Server(
-        args.model, *server_args, "--scheduler", "batch", "--no-batching", code=args.server_code
+        args.model, *server_args, "--scheduler", "batch", "--no-batching", code=args.server_code, wait=False
     )
+    for target in servers.values():
+        target.wait_until_up()
     server = servers[args.schedulers[0]]
     rss_idle = server.rss()
     rounds: dict[str, list[dict]] = {name: [] for name in servers}
@@ -696,8 +729,12 @@ def main(argv: list[str] | None = None) -> None:
         names = list(servers)
         for name in names[index % len(names) :] + names[: index % len(names)]:
             rounds[name].append(measured(servers[name], args.compare_clients, args.compare_seconds))
+    # A quick run keeps the schedulers' servers for the fairness and long-text runs (the same options as
+    # the servers those runs start for themselves, --scheduler auto being iteration here): a smoke test
+    # pays for every server's start, a measurement wants servers that have carried no load before.
+    reused = {name: servers[name] for name in args.schedulers} if args.quick else {}
     for target in servers.values():
-        if target is not server:
+        if target is not server and target not in reused.values():
             target.stop()
     result["schedulers"] = {name: {"rounds": runs_of, **overall(runs_of)} for name, runs_of in rounds.items()}
     result["speedups_against_unbatched"] = {
@@ -716,7 +753,7 @@ def main(argv: list[str] | None = None) -> None:
         **measured(server, args.clients, args.seconds),
         "server_peak_rss_mb": server.peak_rss >> 20,
     }
-    time.sleep(2)
+    time.sleep(settle)
     rss_baseline = server.rss()
 
     print(f"faults for {args.fault_seconds:g} s ...", flush=True)
@@ -733,7 +770,7 @@ def main(argv: list[str] | None = None) -> None:
             args.burst,
         )
     )
-    time.sleep(2)
+    time.sleep(settle)
     rss_after = server.rss()
     result["memory_mb"] = {
         "idle_after_start": rss_idle >> 20,
@@ -744,7 +781,8 @@ def main(argv: list[str] | None = None) -> None:
     result["server_stats"] = {key: value for key, value in server.stats().items() if key != "recent_batches"}
     health = httpx.get(f"{server.url}/health", timeout=10)
     result["healthy_after_faults"] = health.status_code == 200
-    result["server_exit_status"] = server.stop()
+    if not reused:
+        result["server_exit_status"] = server.stop()
     result["answers"] = {
         "mixed_up": checker.mixed_up,
         "garbled": checker.garbled,
@@ -757,8 +795,12 @@ def main(argv: list[str] | None = None) -> None:
             indent=1,
         )
     )
-    measure_fairness()
-    measure_long_texts()
+    measure_fairness(server if reused else None)
+    measure_long_texts(reused or None)
+    for target in reused.values():
+        status = target.stop()
+        if target is server:
+            result["server_exit_status"] = status
     write_result(result, args.output)
 
 

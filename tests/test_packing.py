@@ -5,6 +5,8 @@ truth for every pair's log-likelihood, label-smoothed loss and gradients. Then t
 compiled once for every batch: one graph, no recompilation, no graph break."""
 
 import itertools
+import json
+import math
 import random
 
 import pytest
@@ -316,3 +318,68 @@ def test_the_packed_training_step_compiles_once_for_every_batch(fresh_dynamo):
     assert counters["stats"]["unique_graphs"] == 1
     assert counters["frames"]["total"] == 1  # compiled once: no recompilation
     assert dict(counters["graph_break"]) == {}
+
+
+def test_a_packed_run_trains_on_batches_of_one_shape(tmp_path, monkeypatch):
+    from test_training import TINY, data_flags, write_corpus
+
+    from hf_vanilla_transformer.commands import main
+    from hf_vanilla_transformer.training.trainer import TokenBudgetSeq2SeqTrainer
+
+    corpus = write_corpus(tmp_path)
+    shapes, labelled = set(), []
+    take = TokenBudgetSeq2SeqTrainer.get_batch_samples
+
+    def recorded(self, iterator, count, device):
+        batches, items = take(self, iterator, count, device)
+        for batch in batches:
+            shapes.add(tuple((key, tuple(value.shape)) for key, value in sorted(batch.items())))
+            labelled.append(int((batch["labels"] != -100).sum()))
+        return batches, items
+
+    monkeypatch.setattr(TokenBudgetSeq2SeqTrainer, "get_batch_samples", recorded)
+    out = tmp_path / "run"
+    flags = [
+        "--max-steps",
+        "4",
+        "--max-length",
+        "64",
+        "--packed-row-length",
+        "64",
+        "--no-tune-length-penalty",
+    ]
+    main(["train", "--output-dir", str(out), "--preset", "cpu-demo", *data_flags(corpus), *TINY, *flags])
+    assert len(shapes) == 1  # one shape for the whole run
+    (layout,) = shapes
+    keys = dict(layout)
+    rows, source_length = keys["input_ids"]
+    assert (
+        rows == 256 // 64 and source_length <= 64
+    )  # --max-tokens 256 of TINY, rows of 64 on the longer side
+    assert {"position_ids", "decoder_position_ids", "cross_attention_mask"} <= set(keys)
+    # Rows hold several pairs each: far more labelled tokens than one pair per row would give.
+    assert min(labelled) > rows * 20
+    (checkpoint,) = out.glob("checkpoint-*")
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert all(math.isfinite(entry["loss"]) for entry in state["log_history"] if "loss" in entry)
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (["--packed-row-length", "32"], "--packed-row-length 32 is shorter than --max-length 64"),
+        (["--packed-row-length", "64", "--subword-dropout", "0.1"], "--subword-dropout resegments them"),
+        (
+            ["--packed-row-length", "64", "--model-override", "attn_implementation=flash_attention_2"],
+            "flash_attention_2 ignores",
+        ),
+    ],
+)
+def test_packing_refuses_what_it_cannot_pack(flags, refusal, capsys):
+    from hf_vanilla_transformer.commands import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--output-dir", "out", "--max-length", "64", *flags])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and refusal in error[0]

@@ -92,7 +92,7 @@ def test_the_recorded_recipe_keeps_its_keys() -> None:
         "preset", "seed", "world_size", "max_steps", "tokens_per_step", "max_tokens", "warmup_steps",
         "save_steps", "keep_checkpoints", "average_checkpoints", "eval_steps", "label_smoothing", "lr_scale",
         "weight_decay", "cooldown_steps", "subword_dropout", "length_buckets", "compile", "max_length",
-        "max_minutes", "bf16", "tune_length_penalty",
+        "max_minutes", "bf16", "tune_length_penalty", "packed_row_length",
     }  # fmt: skip
 
 

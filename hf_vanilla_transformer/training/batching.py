@@ -112,7 +112,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         or copying a token, so this takes seconds and two integers per pair on millions of pairs.
         """
         return cls(
-            _list_lengths(dataset, source_column), _list_lengths(dataset, target_column), max_tokens, **kwargs
+            column_lengths(dataset, source_column),
+            column_lengths(dataset, target_column),
+            max_tokens,
+            **kwargs,
         )
 
     def set_epoch(self, epoch: int) -> None:
@@ -209,7 +212,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return [batch for _, _, batch in sorted(heap, key=lambda item: item[1])]
 
 
-def _list_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
+def column_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
     """Length of every row of the list column ``column``, in the dataset's row order."""
     if column not in dataset.column_names:
         raise ValueError(

@@ -137,13 +137,23 @@ def forward_and_loss(
 
 class CompiledTrainingLoss:
     """`forward_and_loss` compiled (`torch.compile` with `backend`), called with every batch's dimensions
-    declared dynamic (`with_dynamic_batch_dimensions`); the model's layers compiled once per class where
-    `regional` (within `regions`; None: where `regional_compilation_pays`)."""
+    declared dynamic (`with_dynamic_batch_dimensions`), or, with `static_shapes` (packed batches, all of
+    one shape), compiled for that one shape with no dynamic dimension; the model's layers compiled once per
+    class where `regional` (within `regions`; None: where `regional_compilation_pays`)."""
 
-    def __init__(self, epsilon: float, backend: str = "inductor", regional: bool | None = None) -> None:
+    def __init__(
+        self,
+        epsilon: float,
+        backend: str = "inductor",
+        regional: bool | None = None,
+        static_shapes: bool = False,
+    ) -> None:
         self.epsilon = epsilon
         self.regional = regional
-        self.function = torch.compile(forward_and_loss, backend=backend)
+        self.static_shapes = static_shapes
+        self.function = torch.compile(
+            forward_and_loss, backend=backend, dynamic=False if static_shapes else None
+        )
 
     def regions(self, model: nn.Module) -> AbstractContextManager[None]:
         """The block within which `model`'s layers are compiled once per class (`compiled_regions`), or
@@ -154,7 +164,8 @@ class CompiledTrainingLoss:
     def __call__(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None
     ) -> torch.Tensor:
-        inputs = with_dynamic_batch_dimensions(inputs)
+        if not self.static_shapes:
+            inputs = with_dynamic_batch_dimensions(inputs)
         if isinstance(num_items_in_batch, int):
             # A Python number would be a constant of the graph: a new one at every batch.
             num_items_in_batch = torch.tensor(num_items_in_batch)

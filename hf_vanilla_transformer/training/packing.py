@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from .batching import _list_lengths
+from .batching import column_lengths
 
 if TYPE_CHECKING:
     import datasets
@@ -357,8 +357,8 @@ class PackedBatchSampler(Sampler[list[int]]):
         """The sampler of a tokenized `datasets.Dataset` (`data.tokenize_pairs`'s), its lengths read from the
         Arrow offsets as `TokenBudgetBatchSampler.from_dataset` reads them."""
         return cls(
-            _list_lengths(dataset, source_column),
-            _list_lengths(dataset, target_column),
+            column_lengths(dataset, source_column),
+            column_lengths(dataset, target_column),
             rows,
             source_length,
             target_length,

@@ -336,6 +336,7 @@ def _build_trainer(
         + ([DevEarlyStopping(settings.patience)] if settings.patience is not None else []),
         max_tokens=micro_batch_tokens,
         clock=clock,
+        packed_row_length=recipe.packed_row_length,
         label_smoothing=recipe.label_smoothing,
         compiled_loss=_compiled_loss(recipe),
     )
@@ -347,7 +348,9 @@ def _build_trainer(
 
 def _compiled_loss(recipe: TrainingPreset) -> CompiledTrainingLoss | None:
     """The compiled forward and loss of a run with --compile (`compilation`), else None (eager)."""
-    return CompiledTrainingLoss(recipe.label_smoothing) if recipe.compile else None
+    if not recipe.compile:
+        return None
+    return CompiledTrainingLoss(recipe.label_smoothing, static_shapes=recipe.packed_row_length is not None)
 
 
 def _collator(
@@ -417,6 +420,7 @@ def _train(run: _Run, trainer: TokenBudgetSeq2SeqTrainer) -> None:
         + f" of ~{recipe.tokens_per_step} tokens "
         f"({micro_batch_tokens} per micro-batch x {accumulation} accumulation x {run.state.num_processes} "
         f"process(es)), warmup {recipe.warmup_steps}, {precision_words(run.precision, recipe)}, "
+        + (f"pairs packed in rows of {recipe.packed_row_length} tokens, " if recipe.packed_row_length else "")
         + ("the step compiled (--no-compile: eager), " if recipe.compile else "")
         + f"output {run.output_dir}"
     )

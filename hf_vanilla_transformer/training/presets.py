@@ -90,6 +90,17 @@ class TrainingPreset:
         "preset's)",
         group=TRAINING,
     )
+    # Off in every preset: packing is measured on a CPU only, where it leaves 0.7-1.8% of the positions padded
+    # on newstest-length batches (benchmarks/RESULTS.md, "Packed batches"); its speed on a GPU is unmeasured.
+    packed_row_length: int | None = setting(
+        None,
+        "pack each batch's pairs end to end into rows of this many tokens, positions restarting and "
+        "attention kept within each pair (`training/packing`): every batch has one shape, so a compiled step "
+        "compiles once, and only the rows' tails are padding; replaces --length-buckets (default: off, each "
+        "batch padded to its longest pair)",
+        check=positive_int,
+        group=TRAINING,
+    )
     # A preset's compile applies on CUDA GPUs only, where it was measured to pay (`compiles_training_step`);
     # an explicit --compile applies everywhere.
     compile: bool = setting(

@@ -163,6 +163,7 @@ _RECIPE_DEFAULTS = {
     "subword_dropout": 0.0,
     "length_buckets": False,
     "compile": False,
+    "packed_row_length": None,
 }
 
 

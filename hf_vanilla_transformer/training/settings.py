@@ -182,6 +182,7 @@ class TrainingSettings(RecipeOverrides):
         recipe = self.recipe()
         self.workers()
         self._check_model(recipe)
+        self._check_packing(recipe)
         self._check_evaluation(recipe)
         check_settings(self)
         self._check_environment()
@@ -226,6 +227,29 @@ class TrainingSettings(RecipeOverrides):
             VanillaTransformerConfig.from_preset(recipe.model_preset, **recipe.model_overrides)
         except (ValueError, TypeError) as error:
             raise ValueError(f"--model-override: {error}") from None
+
+    def _check_packing(self, recipe: TrainingPreset) -> None:
+        """Packed rows must hold the longest pair side, take pairs of fixed lengths, and an attention that
+        reads their 4-D masks."""
+        if recipe.packed_row_length is None:
+            return
+        if recipe.packed_row_length < recipe.max_length:
+            raise ValueError(
+                f"--packed-row-length {recipe.packed_row_length} is shorter than --max-length "
+                f"{recipe.max_length}, the longest pair side a row must hold: give at least "
+                f"{recipe.max_length}."
+            )
+        if recipe.subword_dropout > 0:
+            raise ValueError(
+                "--packed-row-length packs pairs of fixed lengths, and --subword-dropout resegments them "
+                "each epoch: leave one of them out."
+            )
+        attention = str(recipe.model_overrides.get("attn_implementation", ""))
+        if attention.startswith("flash"):
+            raise ValueError(
+                f"--packed-row-length keeps attention within each pair with 4-D masks, which {attention} "
+                "ignores: use attn_implementation=sdpa or eager."
+            )
 
     def _check_evaluation(self, recipe: TrainingPreset) -> None:
         """Evaluation settings that need a dev set, a beam, or checkpoints at dev evaluations."""

@@ -1,5 +1,6 @@
 """The Trainer of a translation run: `TokenBudgetSeq2SeqTrainer` (the label-smoothed Seq2SeqTrainer on
-token-budget batches, Section 5.1), its arguments (`training_arguments`, shared with the chatbot), how each
+token-budget batches, Section 5.1, or on packed batches of one shape, `packing`), its arguments
+(`training_arguments`, shared with the chatbot), how each
 step's tokens are laid out over micro-batches and processes, the dev BLEU it may compute, and the run's
 mixed precision: bf16 autocast where the hardware computes bf16 natively, else fp16 with loss scaling on a
 GPU, with the CPU's bf16 training mode (`cpu_bf16_training`)."""
@@ -21,8 +22,9 @@ from .. import VanillaTransformerForConditionalGeneration
 from ..common.cpu_speedups import fast_dropout_masks
 from ..common.hardware import bf16_is_native, cpu_features
 from ..evaluation.metrics import corpus_bleu
-from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding
+from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding, column_lengths
 from .loss import LabelSmoothedSeq2SeqTrainer
+from .packing import PackedBatchSampler, PackingCollator, balanced_row_lengths
 from .presets import TrainingPreset
 from .progress import TrainingClock
 from .resume import NoStepPastTheEnd, whole_run_loss
@@ -48,18 +50,28 @@ def dev_bleu(tokenizer: PreTrainedTokenizerBase, prediction: EvalPrediction) -> 
 class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
     """The label-smoothed Seq2SeqTrainer whose training batches hold about `max_tokens` source and target
     tokens each (Section 5.1) instead of a fixed number of sentences; every process gets its own share.
-    The target tokens trained on are counted on `clock` as the batches reach the training loop, so
-    data-loading workers may collate them."""
+    With `packed_row_length`, the training batches are packed (`packing`): rows of that many tokens on the
+    side with more tokens (the other side's in proportion), as many rows as `max_tokens` holds, every batch
+    of that one shape; evaluation keeps the `data_collator`'s padded batches. The target tokens trained on
+    are counted on `clock` as the batches reach the training loop, so data-loading workers may collate
+    them."""
 
-    def __init__(self, *args, max_tokens: int, clock: TrainingClock, **kwargs) -> None:
+    def __init__(
+        self, *args, max_tokens: int, clock: TrainingClock, packed_row_length: int | None = None, **kwargs
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.max_tokens = max_tokens
         self.clock = clock
+        self.packed_row_length = packed_row_length
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset
         sharding = dict(seed=self.args.seed, num_replicas=self.args.world_size, rank=self.args.process_index)
-        if isinstance(dataset, SubwordDropoutDataset):
+        collate = self.data_collator
+        if self.packed_row_length is not None:
+            dataset = self._remove_unused_columns(dataset, description="Training")
+            sampler, collate = self._packing(dataset, sharding)
+        elif isinstance(dataset, SubwordDropoutDataset):
             # Resegmented every epoch (and holding only the model's inputs): each epoch packs its own lengths.
             sampler = TokenBudgetBatchSampler(
                 *dataset.expected_lengths(), self.max_tokens, epoch_lengths=dataset.epoch_lengths, **sharding
@@ -71,7 +83,7 @@ class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
         loader = DataLoader(
             dataset,
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
+            collate_fn=collate,
             num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
             persistent_workers=self.args.dataloader_persistent_workers,
@@ -82,6 +94,22 @@ class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
         # The sampler shards by process itself; accelerate must not shard its batches a second time.
         bypass_accelerate_sharding(loader, sampler)
         return loader
+
+    def _packing(self, dataset: Any, sharding: dict[str, int]) -> tuple[PackedBatchSampler, PackingCollator]:
+        """The packed batches' sampler and collator: rows sized to the data's two sides
+        (`balanced_row_lengths`), as many as fit the micro-batch's token budget on the longer side."""
+        sources, targets = column_lengths(dataset, "input_ids"), column_lengths(dataset, "labels")
+        source_length, target_length = balanced_row_lengths(sources, targets, self.packed_row_length)
+        rows = max(1, self.max_tokens // max(source_length, target_length))
+        sampler = PackedBatchSampler(sources, targets, rows, source_length, target_length, **sharding)
+        collator = PackingCollator(
+            rows,
+            source_length,
+            target_length,
+            self.processing_class.pad_token_id,
+            self.model.config.decoder_start_token_id,
+        )
+        return sampler, collator
 
     def get_batch_samples(
         self, epoch_iterator: Iterator, num_batches: int, device: torch.device
