@@ -165,3 +165,47 @@ def test_a_model_class_name_registers_everything(tmp_path):
     # Registered for the Auto classes, the saved folder carries the model's code for trust_remote_code=True.
     assert set(steps["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
     assert {"configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"} <= set(steps["files"])
+
+
+TOKENIZER_QUESTION = """
+import builtins, json, sys
+asked = []
+builtins.input = lambda prompt="": asked.append(prompt) or "n"
+from transformers import AutoTokenizer
+
+found = {}
+for how in ("plain", "trust_remote_code=False", "registered"):
+    asked.clear()
+    if how == "registered":
+        import hf_vanilla_transformer
+        hf_vanilla_transformer.register_auto_classes()
+    kwargs = {"trust_remote_code": False} if how == "trust_remote_code=False" else {}
+    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1], **kwargs)
+    found[how] = {"asked": bool(asked), "pad": tokenizer.pad_token}
+print(json.dumps(found))
+"""
+
+
+def test_the_tokenizer_of_a_saved_folder_loads_without_the_custom_code_question(tmp_path):
+    """transformers asks whether to run the folder's code when its config's type is unknown (docs/hub.md):
+    `trust_remote_code=False`, or the package's registration, loads the tokenizer without asking."""
+    run_python(
+        "import json, sys\n"
+        "from hf_vanilla_transformer import VanillaTransformerConfig\n"
+        "from hf_vanilla_transformer import VanillaTransformerForConditionalGeneration as model_class\n"
+        "from hf_vanilla_transformer.common.tokenization import train_shared_bpe_tokenizer\n"
+        "text = ['a b c d', 'e f g h'] * 20\n"
+        "tokenizer = train_shared_bpe_tokenizer(text, vocab_size=40, min_frequency=1)\n"
+        "config = VanillaTransformerConfig.from_preset('base', vocab_size=len(tokenizer), N=1, d_model=8,\n"
+        "    d_ff=8, h=2)\n"
+        "model_class(config).save_pretrained(sys.argv[1])\n"
+        "tokenizer.save_pretrained(sys.argv[1])\n"
+        "print(json.dumps({}))",
+        str(tmp_path),
+    )
+    found = run_python(TOKENIZER_QUESTION, str(tmp_path))
+    assert found == {
+        "plain": {"asked": True, "pad": "<pad>"},
+        "trust_remote_code=False": {"asked": False, "pad": "<pad>"},
+        "registered": {"asked": False, "pad": "<pad>"},
+    }
