@@ -23,6 +23,7 @@ MODEL_FILES = {
     "configuration_vanilla_transformer",
     "modeling_vanilla_transformer",
     "generation_vanilla_transformer",
+    "modular_vanilla_transformer",
 }
 # The root: the lazy namespace (`lazy_exports`), the registrations with transformers, `python -m`, and the
 # translation pipeline.

@@ -41,8 +41,8 @@ import os
 from collections.abc import Callable
 
 import torch
+import transformers.initialization as init
 from torch import nn
-from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
@@ -63,34 +63,6 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .generation_vanilla_transformer import PaperDecodingMixin
-
-# transformers 5.24 renamed `past_key_values` to `cache` in the mask functions' arguments, the output classes'
-# fields and generate()'s model inputs; releases before take and return `past_key_values`. Each name is read
-# from the public interface it belongs to, once.
-MASK_CACHE_ARGUMENT = next(
-    name for name in ("cache", "past_key_values") if name in inspect.signature(create_causal_mask).parameters
-)
-OUTPUT_CACHE_FIELD = next(
-    field.name for field in dataclasses.fields(Seq2SeqLMOutput) if field.name in ("cache", "past_key_values")
-)
-
-
-def accepts_past_key_values(forward: Callable) -> Callable:
-    """Let `forward(cache=...)` also be called with `past_key_values=`: a deprecated alias (with transformers'
-    warning) from transformers 5.24, where generate() passes `cache`; before 5.24, the name generate() passes,
-    taken silently."""
-    if OUTPUT_CACHE_FIELD == "cache":
-        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
-
-    @functools.wraps(forward)
-    def wrapper(*args, **kwargs):
-        if "past_key_values" in kwargs:
-            past_key_values = kwargs.pop("past_key_values")
-            if kwargs.get("cache") is None:
-                kwargs["cache"] = past_key_values
-        return forward(*args, **kwargs)
-
-    return wrapper
 
 
 class VanillaTransformerScaledWordEmbedding(nn.Embedding):
@@ -256,9 +228,6 @@ class VanillaTransformerAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_heads * self.d_v)
         self.out_proj = nn.Linear(self.num_heads * self.d_v, config.hidden_size)
 
-    def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
-        return states.view(*states.shape[:-1], self.num_heads, head_dim).transpose(1, 2)
-
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -267,6 +236,9 @@ class VanillaTransformerAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """MultiHead(Q, K, V) of Section 3.2.2: the queries from `hidden_states`, the keys and values from
+        `key_value_states` (encoder-decoder attention) or `hidden_states` (self-attention), extended by or
+        read from `cache` when decoding."""
         is_cross_attention = key_value_states is not None
         query_states = self._split_heads(self.q_proj(hidden_states), self.d_k)
 
@@ -305,6 +277,9 @@ class VanillaTransformerAttention(nn.Module):
         )
         attn_output = attn_output.reshape(*hidden_states.shape[:-1], -1).contiguous()
         return self.out_proj(attn_output), attn_weights
+
+    def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return states.view(*states.shape[:-1], self.num_heads, head_dim).transpose(1, 2)
 
 
 class VanillaTransformerFeedForward(nn.Module):
@@ -568,6 +543,35 @@ class VanillaTransformerEncoder(VanillaTransformerPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+# transformers 5.24 renamed `past_key_values` to `cache` in the mask functions' arguments, the output classes'
+# fields and generate()'s model inputs; releases before take and return `past_key_values`. Each name is read
+# from the public interface it belongs to, once.
+MASK_CACHE_ARGUMENT = next(
+    name for name in ("cache", "past_key_values") if name in inspect.signature(create_causal_mask).parameters
+)
+OUTPUT_CACHE_FIELD = next(
+    field.name for field in dataclasses.fields(Seq2SeqLMOutput) if field.name in ("cache", "past_key_values")
+)
+
+
+def accepts_past_key_values(forward: Callable) -> Callable:
+    """Let `forward(cache=...)` also be called with `past_key_values=`: a deprecated alias (with transformers'
+    warning) from transformers 5.24, where generate() passes `cache`; before 5.24, the name generate() passes,
+    taken silently."""
+    if OUTPUT_CACHE_FIELD == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        if "past_key_values" in kwargs:
+            past_key_values = kwargs.pop("past_key_values")
+            if kwargs.get("cache") is None:
+                kwargs["cache"] = past_key_values
+        return forward(*args, **kwargs)
+
+    return wrapper
+
+
 class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
     """The decoder stack: N identical layers, masked so that position i attends only to positions
     before it (Section 3.1), over the scaled target embeddings plus positions."""
@@ -661,15 +665,6 @@ class VanillaTransformerDecoder(VanillaTransformerPreTrainedModel):
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, **{OUTPUT_CACHE_FIELD: cache}
         )
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs from labels: the outputs "shifted right by one position" (Section 3.1), starting
-    from the decoder start token, with the -100 of ignored label positions replaced by padding."""
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
 @auto_docstring
@@ -774,6 +769,15 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from labels: the outputs "shifted right by one position" (Section 3.1), starting
+    from the decoder start token, with the -100 of ignored label positions replaced by padding."""
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
 def cross_entropy(
