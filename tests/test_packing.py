@@ -19,6 +19,7 @@ from torch._dynamo.utils import counters
 from torch.utils.data import DataLoader
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
+from hf_vanilla_transformer.training.compilation import CompiledTrainingLoss
 from hf_vanilla_transformer.training.loss import label_smoothed_cross_entropy
 from hf_vanilla_transformer.training.packing import (
     PADDING_SEGMENT,
@@ -287,11 +288,13 @@ def fresh_dynamo():
 
 
 def test_the_packed_training_step_compiles_once_for_every_batch(fresh_dynamo):
-    """The training step (forward, label-smoothed loss, backward) compiled with static shapes over 20
-    packed batches of pairs of varied lengths: one graph, no recompilation, no graph break. "aot_eager"
-    traces the backward as Inductor would, without its code generation (Dynamo's graphs are its own,
-    whatever the backend)."""
-    src, tgt = sampler_lengths(1500, seed=6)
+    """The training step as `train --compile --packed-row-length` runs it (`CompiledTrainingLoss` with static
+    shapes: forward, label-smoothed loss, backward) over 100 packed batches of newstest-length pairs: one
+    graph, no recompilation, no graph break. "aot_eager" traces the backward as Inductor would, without its
+    code generation (Dynamo's graphs are its own, whatever the backend)."""
+    from test_compilation import newstest_like_lengths
+
+    src, tgt, origin = newstest_like_lengths()
     rng = random.Random(0)
     dataset = Dataset.from_dict(
         {
@@ -299,25 +302,21 @@ def test_the_packed_training_step_compiles_once_for_every_batch(fresh_dynamo):
             "labels": [rng.choices(range(3, VOCAB), k=length) for length in tgt],
         }
     )
-    sampler = PackedBatchSampler.from_dataset(dataset, 8, 64, 64)
-    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=PackingCollator(8, 64, 64, PAD, BOS))
-    batches = list(itertools.islice(loader, 20))
-    assert len({len(indices) for indices in itertools.islice(sampler, 20)}) > 1, "pairs a batch vary"
+    source_length, target_length = balanced_row_lengths(src, tgt, 256)
+    sampler = PackedBatchSampler.from_dataset(dataset, 4, source_length, target_length)
+    collator = PackingCollator(4, source_length, target_length, PAD, BOS)
+    batches = list(itertools.islice(DataLoader(dataset, batch_sampler=sampler, collate_fn=collator), 100))
+    assert len(batches) == 100, origin
+    assert len({len(indices) for indices in itertools.islice(sampler, 100)}) > 1, "pairs a batch vary"
     assert len({tuple((key, value.shape) for key, value in batch.items()) for batch in batches}) == 1
-    model = tiny_model(vocab_size=VOCAB, pad_token_id=PAD).train()
-
-    def step(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        logits = model(
-            **{key: value for key, value in batch.items() if key != "labels"}, use_cache=False
-        ).logits
-        return label_smoothed_cross_entropy(logits, batch["labels"], 0.1)
-
-    compiled = torch.compile(step, backend="aot_eager", dynamic=False)
-    for batch in batches:
-        compiled(batch).backward()
-    assert counters["stats"]["unique_graphs"] == 1
-    assert counters["frames"]["total"] == 1  # compiled once: no recompilation
-    assert dict(counters["graph_break"]) == {}
+    model = tiny_model(vocab_size=VOCAB, pad_token_id=PAD, max_position_embeddings=256).train()
+    step = CompiledTrainingLoss(0.1, backend="aot_eager", static_shapes=True)
+    with step.regions(model):
+        for batch in batches:
+            step(model, batch, None).backward()
+    assert counters["stats"]["unique_graphs"] == 1, origin
+    assert counters["frames"]["total"] == 1, origin  # compiled once: no recompilation
+    assert dict(counters["graph_break"]) == {}, origin
 
 
 def test_a_packed_run_trains_on_batches_of_one_shape(tmp_path, monkeypatch):
