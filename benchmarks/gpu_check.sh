@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The benchmarks' check on a CUDA GPU, prepared to run once in at most 8 minutes (BUDGET_S): the GPU's
-# name and the versions, tests/test_cuda.py, then bench_compile.py, bench_train.py, bench_generate.py and
-# profile_step.py with --device cuda, cheapest and most needed first, each under `timeout` and never past
-# the budget, so that one slow step cannot eat the others' time; a step that fails or times out is
-# reported and the next one runs. It ends with the targets table (benchmarks/gpu_targets.py),
-# "unmeasured" where a step gave no figure.
+# name and the versions, tests/test_cuda.py, then bench_compile.py, bench_train.py, bench_generate.py,
+# profile_step.py and bench_packing.py with --device cuda, cheapest and most needed first, each under
+# `timeout` and never past the budget, so that one slow step cannot eat the others' time; a step that
+# fails or times out is reported and the next one runs. It ends with the targets table
+# (benchmarks/gpu_targets.py), "unmeasured" where a step gave no figure.
 #
 #   bash benchmarks/gpu_check.sh          # from anywhere; it runs in the repository root
 #
 # Environment:
-#   OUT        folder for the results: gpu_check.log and one JSON per benchmark, 7 files (default
+#   OUT        folder for the results: gpu_check.log and one JSON per benchmark step, 9 of them (default
 #              runs/gpu_check)
 #   WMT14_DIR  folder with newstest2013.en/.de and newstest2014.en/.de, relative to the repository root
 #              or absolute (default ../shared/data/wmt14); without them the real-length steps are skipped
@@ -17,10 +17,10 @@
 #              given, to which the repository root is appended
 #   BUDGET_S   seconds for the steps (default 460: with the table and nvidia-smi, under 8 minutes)
 #   STEPS      the names of the steps to run, separated by spaces (default: every step). The steps'
-#              limits add up to about 16 minutes (on an H100 the cold compiles take most of it), more than
+#              limits add up to about 18 minutes (on an H100 the cold compiles take most of it), more than
 #              one call's 8: run "versions tests compile generate" in one call and "generate_static
-#              train_compile profile_greedy" in another; "train_presets profile_train compile_whole" in a
-#              third where the lease allows.
+#              train_compile profile_greedy" in another; "train_presets train_packed" in a third and
+#              "profile_train compile_whole" in a fourth where the lease allows.
 #
 # Exit status: 0 when every step passed, 1 otherwise (see the summary at the end of the log).
 
@@ -93,6 +93,13 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA
     step train_presets 200 "$PYTHON" benchmarks/bench_train.py --device cuda --data "$WMT14_DIR" \
         --presets base --max-steps 16 --modes bf16-eager bf16-compile --warmup 1 --repeats 2 \
         --output "$OUT/train_presets.json"
+    # The base model on the same newstest-length pairs packed into rows of one shape (train
+    # --packed-row-length 256), eager against padded batches, and compiled without dynamic dimensions:
+    # tokens a second and the cold compile of the packed step (its first step, in a process with empty
+    # compiler caches). The padded compiled step is train_presets' bf16-compile row (the same 16 batches):
+    # compiling it again would not fit the limit.
+    step train_packed 150 "$PYTHON" benchmarks/bench_packing.py --speed --compile --compiled packed \
+        --device cuda --bf16 --size base --data "$WMT14_DIR" --output "$OUT/train_packed.json"
     # The whole model inlined into one graph, against the regional compile above: last, with what is left.
     step compile_whole 60 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 \
         --length 64 --bf16 --steps 2 --only cold-whole --output "$OUT/compile_whole.json"

@@ -40,6 +40,12 @@ def tokens_per_s(result: dict, search: str, engine: str) -> float | None:
     return engine_result(result, search, engine).get("tokens_per_s")
 
 
+def packed_speed(folder: Path) -> dict:
+    """bench_packing.py --speed's figures at base size (gpu_check.sh's train_packed step), or nothing."""
+    speed = read(folder, "train_packed.json").get("speed", {})
+    return speed if speed.get("size") == "base" else {}
+
+
 def rows(folder: Path) -> list[tuple[str, str, str, str]]:
     """(what, measured, milestone, goal) for each target."""
     compile_ = read(folder, "compile.json").get("modes", {})
@@ -48,6 +54,15 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
     presets = read(folder, "train_presets.json")
     generate = read(folder, "generate.json")
     generate_static = read(folder, "generate_static.json")
+    packed = packed_speed(folder)
+    packed_compiled = packed.get("variants", {}).get("packed-compiled", {})
+    packed_tokens = packed_compiled.get("tokens_per_s")
+    packed_compile = packed_compiled.get("first_step_s")
+    shape = packed.get("data", {}).get("packed_shape", {})
+    rows_of = f" (rows {shape['source_length']} / {shape['target_length']} tokens)" if shape else ""
+    packed_eager = packed.get("packed_over_padded_eager")
+    # Paired rounds where the run compiled both; else against train_presets' compiled step, same batches.
+    packed_compiled_ratio = packed.get("packed_over_padded_compiled")
 
     def seconds(modes: dict, mode: str, key: str) -> str:
         value = modes.get(mode, {}).get(key)
@@ -67,6 +82,33 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
             " / ".join(f"{value:,.0f}" if value else UNMEASURED for value in (base_compiled, base_eager)),
             ">= 540k",
             ">= 700k",
+        ),
+        (
+            "base, the same pairs packed into rows of one shape, compiled without dynamic dimensions (tok/s)",
+            f"{packed_tokens:,.0f}{rows_of}" if packed_tokens else UNMEASURED,
+            ">= 600k",
+            ">= 700k",
+        ),
+        (
+            "packed against padded batches, base, target tokens a second: eager / compiled",
+            (f"{packed_eager:.2f}x" if packed_eager else UNMEASURED)
+            + " / "
+            + (
+                f"{packed_compiled_ratio:.2f}x"
+                if packed_compiled_ratio
+                else ratio(packed_tokens, base_compiled)
+            ),
+            "",
+            "",
+        ),
+        (
+            "cold compile of the base packed training step (first step, empty compiler caches; graphs: 1 is "
+            "no recompilation)",
+            f"{packed_compile:.1f} s, graphs: {packed_compiled.get('graphs')}"
+            if packed_compile is not None
+            else UNMEASURED,
+            "<= 60 s",
+            "<= 20 s",
         ),
         ("compiled step against eager, base, 400 x 64-token buckets", step_ratio, "", ""),
         (
@@ -126,8 +168,13 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
 
 def main() -> None:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/gpu_check")
-    device = read(folder, "train_compile.json").get("machine", {}) or read(folder, "generate.json").get(
-        "machine", {}
+    device = next(
+        (
+            machine
+            for name in ("train_compile.json", "generate.json", "train_packed.json")
+            if (machine := read(folder, name).get("machine", {}))
+        ),
+        {},
     )
     print(f"Targets ({folder}; machine: {device.get('gpu', device) if device else UNMEASURED})")
     print("| what | measured | milestone | goal |")

@@ -9,7 +9,6 @@ import argparse
 import io
 import json
 import shutil
-import subprocess
 import sys
 import types
 from collections import OrderedDict
@@ -46,17 +45,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TOLERANCE = 1e-4
 
 
-def run_script(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "hf_vanilla_transformer", "convert", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=600,
-        check=False,
-    )
-
-
 def script_main():
     return command_module("convert").main
 
@@ -78,14 +66,17 @@ def padded_batch(vocab_size: int, target_vocab_size: int, pad: int, start: int, 
 # Marian
 
 
-def test_marian_cli_round_trip(tmp_path):
+def test_marian_cli_round_trip(tmp_path, capsys):
     marian = random_marian()
     marian.save_pretrained(tmp_path / "marian")
-    result = run_script("--from", "marian", "--src", tmp_path / "marian", "--out", tmp_path / "out")
-    assert result.returncode == 0, result.stderr
-    assert "model.encoder.layers.N.fc1.weight" in result.stdout
-    assert "model.encoder.layers.N.ffn.fc1.weight" in result.stdout
-    assert "(ignored: sinusoids are computed)" in result.stdout
+    status = script_main()(
+        ["--from", "marian", "--src", str(tmp_path / "marian"), "--out", str(tmp_path / "out")]
+    )
+    output = capsys.readouterr()
+    assert status == 0, output.err
+    assert "model.encoder.layers.N.fc1.weight" in output.out
+    assert "model.encoder.layers.N.ffn.fc1.weight" in output.out
+    assert "(ignored: sinusoids are computed)" in output.out
 
     ours = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "out").eval()
     assert isinstance(ours, VanillaTransformerForConditionalGeneration)
@@ -100,7 +91,6 @@ def test_marian_cli_round_trip(tmp_path):
 
 
 def test_a_forced_conversion_drops_what_described_the_earlier_model(tmp_path, capsys):
-    """Through `main`, in this process; test_marian_cli_round_trip runs the command in a process."""
     random_marian().save_pretrained(tmp_path / "marian")
     earlier = tmp_path / "out"
     earlier.mkdir()

@@ -6,9 +6,6 @@ on the GPU translate as float32 on the CPU does, nearly always.
 """
 
 import ctypes
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -77,23 +74,20 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 @needs_no_cuda
-def test_device_cuda_without_a_cuda_device_is_refused_in_one_line(ct2_export: Path, source: Path) -> None:
-    """Through the installed command's code path in a process of its own: exit status 2, one line on
-    stderr that names the problem and the fix, nothing on stdout."""
-    result = subprocess.run(
-        [sys.executable, "-m", "hf_vanilla_transformer", "translate", "--model", str(ct2_export)]
-        + ["--device", "cuda", "--input", str(source)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
-    assert result.returncode == 2, result.stderr
-    (line,) = result.stderr.splitlines()
+def test_device_cuda_without_a_cuda_device_is_refused_in_one_line(
+    ct2_export: Path, source: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Through `main`, with what reaches the file descriptors captured (CTranslate2's own messages too):
+    exit status 2, one line on stderr that names the problem and the fix, nothing on stdout."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", "--model", str(ct2_export), "--device", "cuda", "--input", str(source)])
+    output = capfd.readouterr()
+    assert exit_info.value.code == 2, output.err
+    (line,) = output.err.splitlines()
     version = ctranslate2.__version__
     assert line.startswith(f"{PROG} translate: error: CTranslate2 {version} finds no CUDA device here"), line
     assert "decode on the CPU (device cpu)" in line, line
-    assert not result.stdout
+    assert not output.out
 
 
 @needs_no_cuda

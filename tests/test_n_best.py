@@ -176,16 +176,6 @@ def test_split_sentences_renumbers_the_alignments(model_dir):
     assert all(abs(sum(row) - 1) < 1e-5 for row in best.attention)
 
 
-def _cli(*args: str, stdin: str | bytes = "") -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "hf_vanilla_transformer", "translate", *args],
-        input=stdin.encode() if isinstance(stdin, str) else stdin,
-        capture_output=True,
-        env=ENV,
-        timeout=300,
-    )
-
-
 def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer, capsys, monkeypatch):
     text = "\n".join(SENTENCES) + "\n"
     status, tsv, error = run_in_process(
@@ -230,7 +220,6 @@ def test_cli_writes_n_best_as_moses_tsv_and_as_jsonl(model_dir, model, tokenizer
 
 
 def test_cli_refuses_contradictions_in_one_line(model_dir, capsys, monkeypatch):
-    """Through `main`; test_cli_names_the_line_that_is_not_utf8 meets exit status 2 in a process."""
     cases = {
         ("--n-best", "5"): "n_best 5 is more than the 4 hypotheses",
         ("--n-best", "2", "--output-format", "text"): "text has one translation a line",
@@ -245,14 +234,15 @@ def test_cli_refuses_contradictions_in_one_line(model_dir, capsys, monkeypatch):
         assert message in error.strip().splitlines()[-1] and "Traceback" not in error, (flags, error)
 
 
-def test_cli_names_the_line_that_is_not_utf8(model_dir, tmp_path):
+def test_cli_names_the_line_that_is_not_utf8(model_dir, tmp_path, capsys, monkeypatch):
     source = tmp_path / "bad.en"
     source.write_bytes(b"a dog runs\ntwo men talk\na caf\xe9\n")
-    result = _cli("--model", str(model_dir), "--input", str(source))
-    assert result.returncode == 2 and "line 3: not valid UTF-8" in result.stderr.decode()
-    piped = _cli("--model", str(model_dir), stdin=source.read_bytes())
-    assert piped.returncode == 2 and "standard input, line 3: not valid UTF-8" in piped.stderr.decode()
-    assert len(piped.stdout.decode().splitlines()) == 2  # the lines before it were translated and written
+    translate = ["translate", "--model", str(model_dir)]
+    status, _, error = run_in_process(capsys, monkeypatch, *translate, "--input", str(source))
+    assert status == 2 and "line 3: not valid UTF-8" in error
+    status, piped, error = run_in_process(capsys, monkeypatch, *translate, stdin=source.read_bytes())
+    assert status == 2 and "standard input, line 3: not valid UTF-8" in error
+    assert len(piped.splitlines()) == 2  # the lines before it were translated and written
 
 
 def test_cli_sampling_is_seeded(model_dir, capsys, monkeypatch):

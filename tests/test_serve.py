@@ -9,6 +9,7 @@ Every translation the server gives is checked against the same text translated a
 mixed up between requests would show.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -20,9 +21,11 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO_ROOT, free_port
 from test_export import train_reverse_model
 
@@ -30,6 +33,7 @@ pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
 pytest.importorskip("uvicorn", reason="not installed (pip install -e '.[serve]')")
 
+from hf_vanilla_transformer import serving  # noqa: E402
 from hf_vanilla_transformer.commands import main  # noqa: E402
 from hf_vanilla_transformer.inference.translator import Translator, load_translator  # noqa: E402
 from hf_vanilla_transformer.serving import (  # noqa: E402
@@ -139,17 +143,56 @@ def start_command(model_dir: Path, *args: str, env: dict | None = None) -> tuple
     return process, url
 
 
+@contextmanager
+def command_in_process(model_dir: Path, *args: str) -> Iterator[str]:
+    """`vanilla-transformer serve --model MODEL ARGS` through `main`, in a thread of this process, on a free
+    port of 127.0.0.1: its URL once it answers. The server the command builds is stopped afterwards. For
+    what the command serves, not how its process starts and stops (`start_command`)."""
+    servers, server_for = [], serving.server_for
+
+    def recorded(*server_args, **server_kwargs):
+        servers.append(server_for(*server_args, **server_kwargs))
+        return servers[-1]
+
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = ["serve", "--model", str(model_dir), "--source-lang", "en", "--target-lang", "de"]
+    argv += ["--port", url.rsplit(":", 1)[1], "--log-level", "warning", *args]
+    failures: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            main(argv)
+        except BaseException as failure:  # SystemExit too: a refusal, which the test reports
+            failures.append(failure)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    try:
+        with pytest.MonkeyPatch.context() as patch:  # until the command has built its server
+            patch.setattr(serving, "server_for", recorded)
+            thread.start()
+            deadline = time.monotonic() + 120
+            while not servers or not servers[-1].started:
+                assert thread.is_alive() and time.monotonic() < deadline, (
+                    f"the command did not serve: {failures}"
+                )
+                time.sleep(0.05)
+        wait_until_up(url)
+        yield url
+    finally:
+        for server in servers:
+            server.should_exit = True
+        thread.join(60)
+        assert not thread.is_alive(), "the server did not stop"
+
+
 @pytest.fixture(scope="module")
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The command's server with API keys and small limits; its URL."""
     keys = tmp_path_factory.mktemp("keys") / "keys.txt"
     keys.write_text(f"# the test's keys\n{KEY}\n\nanother-key\n", encoding="utf-8")
-    process, url = start_command(
-        model_dir, "--api-keys", str(keys), "--char-limit", "200", "--batch-limit", "4"
-    )
-    yield url
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
+    limits = ["--char-limit", "200", "--batch-limit", "4"]
+    with command_in_process(model_dir, "--api-keys", str(keys), *limits) as url:
+        yield url
 
 
 def post(
@@ -1009,15 +1052,27 @@ def test_the_documented_curl_examples_work(translator: Translator, tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(model_dir: Path, tmp_path: Path) -> None:
+def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped_onednn_sizes: None
+) -> None:
     """benchmarks/bench_serve.py --quick: every answer under load, with faults mixed in, is the sentence's
-    own translation; oversize requests are 413, malformed ones 422, and bursts get answers or 503s."""
+    own translation; oversize requests are 413, malformed ones 422, and bursts get answers or 503s.
+
+    The benchmark runs through its `main`, in this process (its servers in processes of their own): its
+    references decode with the products the servers decode with (`shipped_onednn_sizes`, one thread)."""
     data = tmp_path / "sentences.txt"
     data.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
     output = tmp_path / "results.json"
-    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "bench_serve.py"), "--model", str(model_dir)]
-    command += ["--data", str(data), "--quick", "--threads", "1", "--output", str(output)]
-    subprocess.run(command, check=True, timeout=600, capture_output=True)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the benchmark puts its folder first
+    spec = importlib.util.spec_from_file_location("bench_serve", REPO_ROOT / "benchmarks" / "bench_serve.py")
+    bench_serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_serve)
+    threads = torch.get_num_threads()
+    try:
+        bench_serve.main(["--model", str(model_dir), "--data", str(data), "--quick", "--threads", "1",
+                          "--output", str(output)])  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
     result = json.loads(output.read_text())
     assert result["answers"] == {"mixed_up": 0, "garbled": 0, "lost": 0, "examples": []}
     schedulers = result["schedulers"]

@@ -12,8 +12,6 @@ py3langid run directly.
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.error import HTTPError
@@ -24,6 +22,7 @@ from test_serve import (  # noqa: F401 (the fixtures: every_error_has_one_shape 
     KEY,
     alone,
     check_error_shape,
+    command_in_process,
     every_error_has_one_shape,
     in_process,
     model_dir_fixture,
@@ -37,6 +36,7 @@ libretranslatepy = pytest.importorskip("libretranslatepy", reason="not installed
 deep_translator = pytest.importorskip("deep_translator", reason="not installed (pip install -e '.[test]')")
 py3langid = pytest.importorskip("py3langid", reason="not installed (pip install -e '.[serve]')")
 
+from hf_vanilla_transformer.commands import main  # noqa: E402
 from hf_vanilla_transformer.inference.translator import Translator  # noqa: E402
 from hf_vanilla_transformer.serving import ApiKeys  # noqa: E402
 
@@ -312,8 +312,9 @@ def test_frontend_settings_has_the_fields_libretranslates_page_reads(server: tup
 
 
 def test_the_command_takes_libretranslates_limit_flags(model_dir: Path) -> None:
-    process, url = start_command(model_dir, "--char-limit", "20", "--batch-limit", "2", "--req-limit", "3")
-    try:
+    """Through `main`, in this process: the flags reach the server the command runs."""
+    limits = ["--char-limit", "20", "--batch-limit", "2", "--req-limit", "3"]
+    with command_in_process(model_dir, *limits) as url:
         over = checked(httpx.post(f"{url}/translate", json={"q": "w1 " * 10, "source": "en", "target": "de"}))
         assert over.status_code == 413 and over.json()["limit"] == "max_characters"
         many = checked(httpx.post(f"{url}/translate", json={"q": ["w1"] * 3, "source": "en", "target": "de"}))
@@ -325,9 +326,6 @@ def test_the_command_takes_libretranslates_limit_flags(model_dir: Path) -> None:
         over_rate = checked(httpx.post(f"{url}/translate", json=one))
         assert over_rate.status_code == 429 and over_rate.json()["limit"] == "req_limit"
         assert 10 <= int(over_rate.headers["Retry-After"]) <= 20  # 60 s / 3, less the time the four took
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
 
 
 def test_cors_is_off_unless_asked_for(translator: Translator) -> None:
@@ -375,10 +373,9 @@ def test_cors_preflights_and_answers(translator: Translator) -> None:
         )
 
 
-def test_cors_origins_are_checked_by_the_command(model_dir: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", str(model_dir), "--source-lang",
-         "en", "--target-lang", "de", "--port", str(free_port()), "--cors", "example.org"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "scheme://host" in result.stderr
+def test_cors_origins_are_checked_by_the_command(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--model", str(model_dir), "--source-lang", "en", "--target-lang", "de", "--port",
+              str(free_port()), "--cors", "example.org"])  # fmt: skip
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and error.count("\n") == 1 and "scheme://host" in error

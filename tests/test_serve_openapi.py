@@ -6,14 +6,13 @@ refused, an invalid one taken, an answer of another shape), and no server error.
 
 import json
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_serve import model_dir_fixture, start_command  # noqa: F401 (the fixture)
+from test_serve import command_in_process, model_dir_fixture  # noqa: F401 (the fixture)
 
 pytest.importorskip("schemathesis", reason="not installed (pip install -e '.[test]')")
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
@@ -29,10 +28,8 @@ REFUSED_STATUSES = ["400", "401", "403", "404", "405", "406", "409", "413", "415
 
 @pytest.fixture(scope="module")
 def served(model_dir: Path) -> Iterator[str]:
-    process, url = start_command(model_dir)
-    yield url
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
+    with command_in_process(model_dir) as url:
+        yield url
 
 
 def test_the_openapi_description_declares_every_error_and_the_models_languages(served: str) -> None:

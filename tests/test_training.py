@@ -147,12 +147,18 @@ def test_train_average_translate_and_score(corpus, tmp_path, capsys, monkeypatch
 
 
 @pytest.mark.parametrize("recipe", [[], ["--subword-dropout", "0.1"]], ids=["bpe", "bpe-dropout"])
-def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, recipe):
+def test_killed_and_resumed_run_matches_an_uninterrupted_one(
+    corpus, tmp_path, recipe, capsys, monkeypatch, shipped_onednn_sizes
+):
+    """The run killed is a process of its own, killed by SIGKILL; the uninterrupted run, the refusal to
+    train over its checkpoints and the resumed run go through `main`, in this process, with the products
+    the killed process computed with (`shipped_onednn_sizes`)."""
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "12", "--save-steps", "3",
              "--keep-checkpoints", "10", "--eval-steps", "100", "--test", "none",
              "--dev", "none", *recipe]  # fmt: skip
     straight = tmp_path / "straight"
-    assert run_subcommand("train", "--output-dir", str(straight), *flags).returncode == 0
+    status, _, error = run_in_process(capsys, monkeypatch, "train", "--output-dir", str(straight), *flags)
+    assert status is None, error[-3000:]
     expected = losses(straight / "checkpoint-12" / "trainer_state.json")
     assert sorted(expected) == list(range(1, 13))
 
@@ -172,15 +178,15 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, r
     process.wait(60)
     assert not (killed / "checkpoint-12").exists()
 
-    refused = run_subcommand("train", "--output-dir", str(killed), *flags)
-    assert refused.returncode == 2 and "Pass --resume" in refused.stderr
-    assert refused.stderr.strip().splitlines()[-1].startswith("vanilla-transformer train: error:"), (
-        refused.stderr[-2000:]
-    )
-    assert "Traceback" not in refused.stderr
+    status, _, refused = run_in_process(capsys, monkeypatch, "train", "--output-dir", str(killed), *flags)
+    assert status == 2 and "Pass --resume" in refused
+    assert refused.strip().splitlines()[-1].startswith("vanilla-transformer train: error:"), refused[-2000:]
+    assert "Traceback" not in refused
 
-    resumed = run_subcommand("train", "--output-dir", str(killed), *flags, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    status, _, error = run_in_process(
+        capsys, monkeypatch, "train", "--output-dir", str(killed), *flags, "--resume"
+    )
+    assert status is None, error[-3000:]
     actual = losses(killed / "checkpoint-12" / "trainer_state.json")
     assert sorted(actual) == list(range(1, 13))
     for step in range(7, 13):
@@ -188,8 +194,8 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(corpus, tmp_path, r
 
 
 def test_resume_refuses_a_different_model_or_recipe(corpus, tmp_path, capsys, monkeypatch):
-    """Through `main`; test_killed_and_resumed_run_matches_an_uninterrupted_one meets the refusal of a
-    folder of checkpoints, exit status 2, in a process of its own."""
+    """Through `main`, as test_killed_and_resumed_run_matches_an_uninterrupted_one meets the refusal of a
+    folder of checkpoints, exit status 2."""
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--max-steps", "2", "--save-steps", "2",
              "--test", "none", "--dev", "none"]  # fmt: skip
     status, _, error = run_in_process(capsys, monkeypatch, "train", "--output-dir", str(tmp_path), *flags)
