@@ -48,18 +48,18 @@ Batches are collated and moved to the device before timing (the collators' time 
 apart). The two samplers' epochs cover the same pairs, each once (`epochs` in the output); where
 `--max-batches` takes whole epochs, both variants train on the same pairs in a pass.
 
-The compiled variants run in a child process with empty Inductor and Triton cache directories, so that
-nothing compiled before is found: packed-compiled first, whose first step's time is its cold compile (the
-step's own work included), then its passes alone, then padded-compiled's first step (compiled after the
-packed step in the same process: not a cold start) and the rounds of both. `graphs` counts the graphs
-Dynamo compiled for a variant (`torch._dynamo.utils.counters`; 1: nothing recompiled). The child saves
-what it compiled for the packed step right after that step (`torch.compiler.save_cache_artifacts`, through
-`compilation.CompileCache`, as a run saves its own), and `--warm-start` then times the first packed
-compiled step in another fresh process with empty caches, after `torch.compiler.load_cache_artifacts` of
-that file, as a run resumed on another machine starts (`warm_start`); and in a third fresh process that
-loads nothing but keeps the cold child's Inductor caches, as a run resumed on the same machine starts
-(`warm_start_same_machine`). The figures are written to `--output` after every phase, so that a run cut
-short keeps what it measured.
+The compiled variants run before the eager ones, in a child process with empty Inductor and Triton cache
+directories, so that nothing compiled before is found: packed-compiled first, whose first step's time is
+its cold compile (the step's own work included), then its passes alone, then padded-compiled's first step
+(compiled after the packed step in the same process: not a cold start) and the rounds of both. `graphs`
+counts the graphs Dynamo compiled for a variant (`torch._dynamo.utils.counters`; 1: nothing recompiled).
+The child saves what it compiled for the packed step right after that step
+(`torch.compiler.save_cache_artifacts`, through `compilation.CompileCache`, as a run saves its own), and
+`--warm-start` then times the first packed compiled step in another fresh process with empty caches, after
+`torch.compiler.load_cache_artifacts` of that file, as a run resumed on another machine starts
+(`warm_start`); and in a third fresh process that loads nothing but keeps the cold child's Inductor
+caches, as a run resumed on the same machine starts (`warm_start_same_machine`). The figures are written
+to `--output` after every phase, so that a run cut short keeps what it measured.
 
 `--compiled packed` leaves padded-compiled out: at base size `bench_train.py --data --presets base --modes
 bf16-compile` times the same step on the same padded batches (its first `--max-steps` batches of the same
@@ -72,7 +72,6 @@ tokens, rows of 128, 3 batches and one timed pass.
 """
 
 import argparse
-import gc
 import json
 import os
 import shlex
@@ -646,22 +645,22 @@ def speed(args: argparse.Namespace, result: dict, save: Callable[[], None]) -> N
     }
     result["speed"] = figures
     save()
+    if args.compile:
+        compiled_variants(args, data, figures, save)
     with ExitStack() as stack:
         eager = {name: variant(name, args, data, stack) for name in ("padded-eager", "packed-eager")}
         for variant_ in eager.values():
             variant_.first_step()
         timed_rounds = rounds(list(eager.values()), args.warmup, args.repeats)
-        figures["variants"] |= {name: v.figures() for name, v in eager.items()}
+        figures["variants"] = {name: v.figures() for name, v in eager.items()} | figures["variants"]
         figures["packed_over_padded_eager"] = paired_ratio(
             timed_rounds, eager, "packed-eager", "padded-eager"
         )
-        del eager
-    gc.collect()
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
     save()
-    if not args.compile:
-        return
+
+
+def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save: Callable[[], None]) -> None:
+    """The compiled variants in a child process, then the warm starts (`--warm-start`), each in its own."""
     spec = {
         "args": vars(args),
         "data": {key: data[key] for key in ("batches", "whole_epoch", "packed_shape")},

@@ -684,8 +684,10 @@ SEPARATE_VOCABULARY_CLIENT = """
         sys.modules["hf_vanilla_transformer"] = None  # the package cannot be imported
         translator = pipeline("translation", model=args["repo"], trust_remote_code=True)
     else:
-        from hf_vanilla_transformer.translation_pipeline import TASK  # the package registers its pipeline
+        import hf_vanilla_transformer
+        from hf_vanilla_transformer.translation_pipeline import TASK
 
+        hf_vanilla_transformer.register_auto_classes()  # the package registers its pipeline
         translator = pipeline(TASK, model=args["repo"])
     translations = translator(args["inputs"], max_new_tokens=args["max_new_tokens"])
     print(json.dumps([r["translation_text"] for r in translations]))
