@@ -29,6 +29,22 @@ if TYPE_CHECKING:
     import datasets
 
 
+def check_pairs_and_replicas(
+    src_lengths: Sequence[int], tgt_lengths: Sequence[int], num_replicas: int, rank: int
+) -> None:
+    """ValueError unless the two lists of lengths describe the same sentence pairs and `rank` is one of
+    `num_replicas` processes: what every batch sampler of pairs is given."""
+    if len(src_lengths) != len(tgt_lengths):
+        raise ValueError(
+            f"src_lengths has {len(src_lengths)} entries but tgt_lengths has {len(tgt_lengths)}; "
+            "they must describe the same sentence pairs."
+        )
+    if num_replicas < 1:
+        raise ValueError(f"num_replicas must be >= 1, got {num_replicas}.")
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}.")
+
+
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batch sampler yielding lists of example indices whose padded size fits a token budget (Section 5.1).
 
@@ -60,19 +76,11 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         epoch_lengths: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> None:
-        if len(src_lengths) != len(tgt_lengths):
-            raise ValueError(
-                f"src_lengths has {len(src_lengths)} entries but tgt_lengths has {len(tgt_lengths)}; "
-                "they must describe the same sentence pairs."
-            )
+        check_pairs_and_replicas(src_lengths, tgt_lengths, num_replicas, rank)
         if len(src_lengths) == 0:
             raise ValueError("Cannot batch an empty dataset (src_lengths and tgt_lengths are empty).")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens}.")
-        if num_replicas < 1:
-            raise ValueError(f"num_replicas must be >= 1, got {num_replicas}.")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}.")
         self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
         self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
         self.max_tokens = max_tokens

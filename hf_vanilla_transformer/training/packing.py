@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from .batching import column_lengths
+from .batching import check_pairs_and_replicas, column_lengths
 
 if TYPE_CHECKING:
     import datasets
@@ -313,15 +313,9 @@ class PackedBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
     ) -> None:
-        if len(src_lengths) != len(tgt_lengths):
-            raise ValueError(
-                f"src_lengths has {len(src_lengths)} entries but tgt_lengths has {len(tgt_lengths)}; "
-                "they must describe the same sentence pairs."
-            )
+        check_pairs_and_replicas(src_lengths, tgt_lengths, num_replicas, rank)
         if rows < 1:
             raise ValueError(f"rows must be a positive integer, got {rows}.")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}.")
         self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
         self.tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
         misfits = np.flatnonzero(
