@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_processes
 import pytest
 import torch
 from conftest import run_in_process, tiny_model
@@ -37,7 +38,7 @@ def run_subcommand(name: str, *args: str, launcher: tuple[str, ...] = ()) -> sub
     """`python -m hf_vanilla_transformer NAME ARGS` with an empty standard input, started through
     `launcher` (a command that runs the rest) if given."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run(
+    return forked_processes.run(
         [*launcher, sys.executable, "-m", "hf_vanilla_transformer", name, *args],
         input="",
         capture_output=True,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_processes
 import pytest
 from test_export import train_reverse_model
 
@@ -47,11 +48,11 @@ def test_a_full_disk_ends_with_one_line_and_status_1(
     args = COMMAND + arguments(command, model_dir, text)
     with open("/dev/full", "w") as full:
         if how == "--output":
-            result = subprocess.run(
+            result = forked_processes.run(
                 args + ["--output", "/dev/full"], capture_output=True, text=True, timeout=300
             )
         else:
-            result = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+            result = forked_processes.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
@@ -65,7 +66,7 @@ def test_a_closed_pipe_ends_silently(model_dir: Path, text: Path, command: str) 
     read_end, write_end = os.pipe()
     # One page, not Linux's 64 KiB default, which could hold all the scores before head has read a line.
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    producer = subprocess.Popen(
+    producer = forked_processes.popen(
         COMMAND + arguments(command, model_dir, text), stdout=write_end, stderr=subprocess.PIPE
     )
     os.close(write_end)  # the producer holds the only write end

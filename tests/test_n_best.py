@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_processes
 import pysbd
 import pytest
 import torch
@@ -280,7 +281,7 @@ def test_cli_translates_a_file_chunk_by_chunk_as_it_does_whole(model_dir, tmp_pa
 
 def test_cli_answers_each_line_of_a_pipe_as_it_arrives(model_dir, model, tokenizer):
     """With its input still open, translate writes a line's translation once no more input comes."""
-    process = subprocess.Popen(
+    process = forked_processes.popen(
         [sys.executable, "-m", "hf_vanilla_transformer", "translate", "--model", str(model_dir)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

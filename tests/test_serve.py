@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import forked_processes
 import pytest
 import torch
 from conftest import REPO_ROOT, free_port
@@ -137,7 +138,9 @@ def start_command(model_dir: Path, *args: str, env: dict | None = None) -> tuple
     port = free_port()
     command = [sys.executable, "-m", "hf_vanilla_transformer", "serve", "--model", str(model_dir)]
     command += ["--source-lang", "en", "--target-lang", "de", "--port", str(port), *args]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = forked_processes.popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     url = f"http://127.0.0.1:{port}"
     wait_until_up(url, process)
     return process, url

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import forked_processes
 import pytest
 import torch
 from conftest import REPO_ROOT, accelerate_cpu_launcher, run_in_process
@@ -62,7 +63,7 @@ def data_flags(corpus: Path) -> list[str]:
 
 def run_subcommand(name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run(
+    return forked_processes.run(
         [sys.executable, "-m", "hf_vanilla_transformer", name, *args],
         capture_output=True,
         text=True,
@@ -164,7 +165,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(
 
     killed = tmp_path / "killed"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    process = subprocess.Popen(
+    process = forked_processes.popen(
         [sys.executable, "-m", "hf_vanilla_transformer", "train", "--output-dir", str(killed), *flags],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
