@@ -32,7 +32,8 @@ variants, each with its own copy of one initial model:
   `DataCollatorForSeq2Seq` to each batch's longest, as `train` batches them;
 - packed-eager: `PackedBatchSampler` batches collated by `PackingCollator`, as `train --packed-row-length`
   batches them: rows of `--packed-row-length` tokens on the side with more tokens, the other side's in
-  proportion (`balanced_row_lengths`), as many rows as `--max-tokens` holds;
+  proportion (`balanced_row_lengths`), as many rows as `--max-tokens` holds, carrying their segment ids
+  to the device, where each step builds their masks (`with_packed_masks`, timed with the step);
 - with `--compile`, padded-compiled: the padded batches rounded up to multiples of 8
   (`compilation.SEQUENCE_MULTIPLE`) through `CompiledTrainingLoss(epsilon)`, whose batch dimensions are
   dynamic, as `train --compile` runs; and packed-compiled: the packed batches through
@@ -118,9 +119,11 @@ from hf_vanilla_transformer.training.compilation import (  # noqa: E402
     forward_and_loss,
 )
 from hf_vanilla_transformer.training.packing import (  # noqa: E402
+    SEGMENT_KEYS,
     PackedBatchSampler,
     PackingCollator,
     balanced_row_lengths,
+    with_packed_masks,
 )
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS  # noqa: E402
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
@@ -345,7 +348,9 @@ def collated(
             special_tokens_tokenizer(config), model=model, pad_to_multiple_of=multiple
         )
     else:
-        collate = PackingCollator(*shape, config.pad_token_id, config.decoder_start_token_id)
+        collate = PackingCollator(
+            *shape, config.pad_token_id, config.decoder_start_token_id, with_masks=False
+        )
     inputs = [features(batch, config) for batch in batches]
     started = time.perf_counter()
     made = [dict(collate(batch)) for batch in inputs]
@@ -395,6 +400,8 @@ class Variant:
         self.optimizer = build_paper_optimizer(self.model, lr=1e-4)
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
+        if SEGMENT_KEYS[0] in batch:  # packed: its masks built on the device, as `train` builds them
+            batch = with_packed_masks(batch)
         autocast = torch.autocast(self.device, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with autocast:
             loss = self.loss(self.model, batch)

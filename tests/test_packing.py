@@ -23,12 +23,14 @@ from hf_vanilla_transformer.training.compilation import CompiledTrainingLoss
 from hf_vanilla_transformer.training.loss import label_smoothed_cross_entropy
 from hf_vanilla_transformer.training.packing import (
     PADDING_SEGMENT,
+    SEGMENT_KEYS,
     PackedBatchSampler,
     PackingCollator,
     balanced_row_lengths,
     pack_pairs,
     packed_attention_masks,
     place_pairs,
+    with_packed_masks,
 )
 
 BOS, PAD = 0, 1
@@ -216,6 +218,26 @@ def test_the_collator_gives_the_padded_collators_loss():
         torch.testing.assert_close(model(**packed).loss, model(**padded).loss, rtol=1e-5, atol=1e-6)
 
 
+def test_a_batch_carrying_segment_ids_gets_the_same_masks_where_it_is():
+    """The collator's batch without masks (`with_masks=False`: the segment ids instead, a fraction of the
+    size) becomes, through `with_packed_masks`, the batch the collator makes with masks, tensor for tensor;
+    the masks are built on the segment ids' device and in the dtype asked for."""
+    pairs = random_pairs(16, seed=7)
+    features = [{"input_ids": s, "labels": t} for s, t in pairs]
+    with_masks = PackingCollator(4, 64, 64, PAD, BOS)(features)
+    carrying_segments = PackingCollator(4, 64, 64, PAD, BOS, with_masks=False)(features)
+    assert set(SEGMENT_KEYS) <= set(carrying_segments)
+    assert not {"attention_mask", "decoder_attention_mask", "cross_attention_mask"} & set(carrying_segments)
+    masked = with_packed_masks(carrying_segments)
+    assert set(masked) == set(with_masks)
+    for key, tensor in with_masks.items():
+        assert torch.equal(masked[key], tensor), key
+    in_bf16 = with_packed_masks(carrying_segments, torch.bfloat16)
+    assert in_bf16["cross_attention_mask"].dtype == torch.bfloat16
+    size = sum(tensor.numel() * tensor.element_size() for tensor in carrying_segments.values())
+    assert size < sum(tensor.numel() * tensor.element_size() for tensor in with_masks.values()) / 4
+
+
 def sampler_lengths(count: int, seed: int = 0) -> tuple[list[int], list[int]]:
     rng = random.Random(seed)
     src = [min(60, max(1, round(rng.lognormvariate(3.0, 0.5)))) for _ in range(count)]
@@ -355,7 +377,9 @@ def test_a_packed_run_trains_on_batches_of_one_shape(tmp_path, monkeypatch):
     assert (
         rows == 256 // 64 and source_length <= 64
     )  # --max-tokens 256 of TINY, rows of 64 on the longer side
-    assert {"position_ids", "decoder_position_ids", "cross_attention_mask"} <= set(keys)
+    # The batches reach the training step with their segment ids; its loss builds the masks from them.
+    assert {"position_ids", "decoder_position_ids", *SEGMENT_KEYS} <= set(keys)
+    assert "cross_attention_mask" not in keys
     # Rows hold several pairs each: far more labelled tokens than one pair per row would give.
     assert min(labelled) > rows * 20
     (checkpoint,) = out.glob("checkpoint-*")

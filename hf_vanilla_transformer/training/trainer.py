@@ -24,7 +24,13 @@ from ..common.hardware import bf16_is_native, cpu_features
 from ..evaluation.metrics import corpus_bleu
 from .batching import TokenBudgetBatchSampler, bypass_accelerate_sharding, column_lengths
 from .loss import LabelSmoothedSeq2SeqTrainer
-from .packing import PackedBatchSampler, PackingCollator, balanced_row_lengths
+from .packing import (
+    SEGMENT_KEYS,
+    PackedBatchSampler,
+    PackingCollator,
+    balanced_row_lengths,
+    with_packed_masks,
+)
 from .presets import TrainingPreset
 from .progress import TrainingClock
 from .resume import NoStepPastTheEnd, whole_run_loss
@@ -52,7 +58,8 @@ class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
     tokens each (Section 5.1) instead of a fixed number of sentences; every process gets its own share.
     With `packed_row_length`, the training batches are packed (`packing`): rows of that many tokens on the
     side with more tokens (the other side's in proportion), as many rows as `max_tokens` holds, every batch
-    of that one shape; evaluation keeps the `data_collator`'s padded batches. The target tokens trained on
+    of that one shape, carrying their pairs' segment ids to the device, where `compute_loss` builds their
+    attention masks; evaluation keeps the `data_collator`'s padded batches. The target tokens trained on
     are counted on `clock` as the batches reach the training loop, so data-loading workers may collate
     them."""
 
@@ -108,8 +115,22 @@ class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
             target_length,
             self.processing_class.pad_token_id,
             self.model.config.decoder_start_token_id,
+            with_masks=False,
         )
         return sampler, collator
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: int | torch.Tensor | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        """The loss of a batch, as `LabelSmoothedSeq2SeqTrainer` computes it; a packed batch's attention
+        masks are built first, from its segment ids, on the device the batch is on."""
+        if SEGMENT_KEYS[0] in inputs:
+            inputs = with_packed_masks(inputs)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def get_batch_samples(
         self, epoch_iterator: Iterator, num_batches: int, device: torch.device
