@@ -185,7 +185,8 @@ def _what_to_run(args: Sequence[str]) -> dict[str, Any] | None:
 
 
 class ForkedProcess:
-    """The parts of `subprocess.Popen` the tests use, for a forked child."""
+    """The parts of `subprocess.Popen` the tests use, for a forked child. A standard input left unset is
+    /dev/null, not this process's: a pytest-xdist worker reads its instructions from its standard input."""
 
     def __init__(
         self,
