@@ -3,12 +3,9 @@
 import io
 import json
 import os
-import select
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 # Read by huggingface_hub at import time: set before anything imports it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -177,109 +174,3 @@ def run_scripts_in_one_interpreter(scripts: list[Path], *arguments: str) -> dict
     assert completed.returncode == 0, completed.stderr[-2000:]
     ran = json.loads(completed.stdout)
     return {script: ran[str(script)] for script in scripts}
-
-
-# A fork server: an interpreter that imports the modules of argv[2] (JSON; the folders of argv[1] first on
-# its path) once, then for each job it reads, a line of JSON {"script", "args", "cwd", "stdout", "stderr"},
-# forks a child that runs the script as `python SCRIPT ARGS` runs it (its folder first on the path, named
-# __main__, its standard output and error into the files named). It answers each job with two lines: the
-# child's process id once it has started, its exit status once it has ended. The child ends as that
-# interpreter would: with the status SystemExit carries, 1 after an uncaught exception (whose traceback
-# goes to its standard error), 0 otherwise; atexit handlers and non-daemon threads are waited for. The
-# objects imported are frozen out of the garbage collector's sight before the forks: a collection that
-# walked them would write to every page they share with the server, copying them all into each child
-# (a second and more of CPU a child, more than a small script's own work).
-FORK_SERVER = """
-import gc, json, os, runpy, sys
-
-sys.path[0:1] = json.loads(sys.argv[1])
-for module in json.loads(sys.argv[2]):
-    __import__(module)
-gc.freeze()
-answers = os.fdopen(os.dup(1), "w")
-for line in sys.stdin:
-    job = json.loads(line)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    child = os.fork()
-    if child == 0:
-        answers.close()
-        for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-        os.chdir(job["cwd"])
-        sys.argv = [job["script"], *job["args"]]
-        sys.path[0] = os.path.dirname(job["script"])
-        runpy.run_path(job["script"], run_name="__main__")
-        sys.exit(0)
-    answers.write(f"{child}\\n")
-    answers.flush()
-    _, status = os.waitpid(child, 0)
-    answers.write(f"{os.waitstatus_to_exitcode(status)}\\n")
-    answers.flush()
-"""
-
-
-class ScriptRunner:
-    """Runs scripts as `python SCRIPT ARGS` runs them, each in a process of its own, forked from one
-    interpreter that has imported `modules` (with `paths` first on its path) once: the imports that each
-    new interpreter would pay (torch, transformers, the package: seconds of CPU each) are paid once. Every
-    script sees the environment `env`. Where CUDA is available, each script runs in a new interpreter
-    instead: CUDA does not survive a fork."""
-
-    def __init__(self, paths: list[Path], modules: list[str], env: dict[str, str], folder: Path):
-        self.env, self.folder, self.jobs, self.server, self.unread = env, folder, 0, None, b""
-        if not torch.cuda.is_available():
-            command = [
-                sys.executable,
-                "-c",
-                FORK_SERVER,
-                json.dumps(list(map(str, paths))),
-                json.dumps(modules),
-            ]
-            with (folder / "fork-server.err").open("wb") as errors:
-                self.server = subprocess.Popen(
-                    command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, env=env
-                )
-
-    def run(self, script: Path, *args: str, cwd: Path = REPO_ROOT, timeout: float = 600):
-        """`python SCRIPT ARGS` in `cwd`, as a CompletedProcess: its exit status, output and errors."""
-        if self.server is None:
-            return subprocess.run(
-                [sys.executable, str(script), *args], cwd=cwd, env=self.env, capture_output=True, text=True,
-                timeout=timeout,
-            )  # fmt: skip
-        self.jobs += 1
-        out, err = (self.folder / f"job-{self.jobs}.{name}" for name in ("out", "err"))
-        job = dict(script=str(script), args=list(args), cwd=str(cwd), stdout=str(out), stderr=str(err))
-        self.server.stdin.write(json.dumps(job).encode() + b"\n")
-        self.server.stdin.flush()
-        deadline = time.monotonic() + timeout
-        child = self._answer(deadline)
-        status = self._answer(deadline)
-        if status is None:
-            if child is not None:
-                os.kill(child, signal.SIGKILL)
-            self.close()
-            raise AssertionError(
-                f"{script} {' '.join(args)}: no exit status within {timeout} s; the fork server's errors: "
-                f"{(self.folder / 'fork-server.err').read_text(errors='replace')[-3000:]}"
-            )
-        return subprocess.CompletedProcess(
-            [str(script), *args], status, out.read_text(errors="replace"), err.read_text(errors="replace")
-        )
-
-    def _answer(self, deadline: float) -> int | None:
-        """The next line the server writes, as a number; None if none comes by `deadline`."""
-        while b"\n" not in self.unread:
-            ready, _, _ = select.select([self.server.stdout], [], [], max(0, deadline - time.monotonic()))
-            data = os.read(self.server.stdout.fileno(), 4096) if ready else b""
-            if not data:
-                return None
-            self.unread += data
-        line, self.unread = self.unread.split(b"\n", 1)
-        return int(line)
-
-    def close(self) -> None:
-        if self.server is not None and self.server.poll() is None:
-            self.server.kill()
-            self.server.wait(60)

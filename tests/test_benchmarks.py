@@ -10,11 +10,12 @@ import os
 import random
 import re
 import subprocess
-from collections.abc import Iterator
+import sys
 
+import forked_processes
 import pytest
 import torch
-from conftest import MEASURED_ONEDNN_MINIMA, REPO_ROOT, ScriptRunner
+from conftest import MEASURED_ONEDNN_MINIMA, REPO_ROOT
 
 from hf_vanilla_transformer.common import cpu_speedups
 
@@ -22,24 +23,23 @@ SCRIPTS = REPO_ROOT / "benchmarks"
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
 
 
-@pytest.fixture(scope="module")
-def scripts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScriptRunner]:
-    """Runs the benchmark scripts as `python benchmarks/SCRIPT ARGS` runs them, in the repository, each in
-    a process of its own forked from one interpreter that has imported what they share."""
-    shared = ["_common", "_memory", "hf_vanilla_transformer.training.loss"]
-    runner = ScriptRunner([SCRIPTS], shared, ENV, tmp_path_factory.mktemp("runs"))
-    yield runner
-    runner.close()
+def run_script(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python benchmarks/SCRIPT ARGS` in the repository, in a process of its own forked from an interpreter
+    that has imported torch and transformers once (`forked_processes`)."""
+    command = [sys.executable, str(SCRIPTS / script), *args]
+    return forked_processes.run(
+        command, capture_output=True, text=True, env=ENV, cwd=REPO_ROOT, timeout=timeout
+    )
 
 
-def script_ran(scripts: ScriptRunner, script: str, *args: str, timeout: float = 600) -> None:
-    done = scripts.run(SCRIPTS / script, *args, timeout=timeout)
+def script_ran(script: str, *args: str, timeout: float = 600) -> None:
+    done = run_script(script, *args, timeout=timeout)
     assert done.returncode == 0, f"{script} {' '.join(args)}: status {done.returncode}\n{done.stderr[-3000:]}"
 
 
-def run(scripts: ScriptRunner, script: str, tmp_path, *extra: str) -> dict:
+def run(script: str, tmp_path, *extra: str) -> dict:
     output = tmp_path / f"{script}.json"
-    script_ran(scripts, script, "--quick", "--output", str(output), *extra)
+    script_ran(script, "--quick", "--output", str(output), *extra)
     return json.loads(output.read_text())
 
 
@@ -48,8 +48,8 @@ CUDA_SCRIPTS = ("bench_train.py", "bench_generate.py", "bench_compile.py", "prof
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without a CUDA GPU")
 @pytest.mark.parametrize("script", CUDA_SCRIPTS)
-def test_device_cuda_without_a_gpu_is_a_one_line_error(scripts, script):
-    refusal = scripts.run(SCRIPTS / script, "--device", "cuda")
+def test_device_cuda_without_a_gpu_is_a_one_line_error(script):
+    refusal = run_script(script, "--device", "cuda")
     assert refusal.returncode == 2
     assert refusal.stderr.endswith("finds no GPU\n") and refusal.stderr.count("\n") == 1, refusal.stderr
 
@@ -66,9 +66,9 @@ def write_newstest(folder, pairs: int) -> None:
 
 
 @pytest.mark.slow
-def test_bench_train_quick_times_token_budget_batches_of_real_lengths(scripts, tmp_path):
+def test_bench_train_quick_times_token_budget_batches_of_real_lengths(tmp_path):
     write_newstest(tmp_path / "wmt14", pairs=100)
-    result = run(scripts, "bench_train.py", tmp_path, "--data", str(tmp_path / "wmt14"))
+    result = run("bench_train.py", tmp_path, "--data", str(tmp_path / "wmt14"))
     assert result["data"]["pairs"] == 200 and result["data"]["batches_per_round"] == 3
     size = result["sizes"]["tiny"]
     # Budgets of 1000 padded tokens a side; the real target tokens, which tokens/s counts, are fewer.
@@ -78,14 +78,14 @@ def test_bench_train_quick_times_token_budget_batches_of_real_lengths(scripts, t
     assert size["flops_per_step_compiled"] > size["flops_per_step"] > 0
 
 
-def test_bench_train_data_without_the_files_is_skipped_with_the_reason(scripts, tmp_path):
-    result = run(scripts, "bench_train.py", tmp_path, "--data", str(tmp_path / "absent"))
+def test_bench_train_data_without_the_files_is_skipped_with_the_reason(tmp_path):
+    result = run("bench_train.py", tmp_path, "--data", str(tmp_path / "absent"))
     assert "lacks newstest2013.en, newstest2013.de" in result["skipped"] and "sizes" not in result
 
 
 @pytest.mark.slow
-def test_bench_generate_quick_outputs_identical(scripts, tmp_path):
-    result = run(scripts, "bench_generate.py", tmp_path, "--int8")
+def test_bench_generate_quick_outputs_identical(tmp_path):
+    result = run("bench_generate.py", tmp_path, "--int8")
     assert result["outputs_identical_fp32"] is True
     searches = result["sizes"]["tiny"]["searches"]
     assert set(searches) == {"beam4", "greedy"}
@@ -97,8 +97,8 @@ def test_bench_generate_quick_outputs_identical(scripts, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_train_quick_runs_and_loss_curves_match(scripts, tmp_path):
-    result = run(scripts, "bench_train.py", tmp_path, "--loss-curve", "1")
+def test_bench_train_quick_runs_and_loss_curves_match(tmp_path):
+    result = run("bench_train.py", tmp_path, "--loss-curve", "1")
     rows = result["sizes"]["tiny"]["rows"]
     assert {(r["model"], r["mode"]) for r in rows} >= {("marian", "fp32-eager"), ("ours", "fp32-eager")}
     assert all(r["tokens_per_s"] > 0 for r in rows)
@@ -110,8 +110,8 @@ def test_bench_train_quick_runs_and_loss_curves_match(scripts, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not cpu_speedups._X86_ONEDNN, reason="oneDNN's float32 path is taken on x86 CPUs only")
-def test_bench_onednn_quick_measures_every_variant_with_identical_tokens(scripts, tmp_path):
-    result = run(scripts, "bench_onednn.py", tmp_path)
+def test_bench_onednn_quick_measures_every_variant_with_identical_tokens(tmp_path):
+    result = run("bench_onednn.py", tmp_path)
     assert result["shipped_minima"] == MEASURED_ONEDNN_MINIMA
     assert {row["shape"] for row in result["layers"]} == {"64x64", "64x128", "128x64", "64x1000"}
     for row in result["layers"]:
@@ -124,8 +124,8 @@ def test_bench_onednn_quick_measures_every_variant_with_identical_tokens(scripts
 
 
 @pytest.mark.slow
-def test_bench_data_quick_prepares_then_reads_the_cache(scripts, tmp_path):
-    result = run(scripts, "bench_data.py", tmp_path, "--num-proc", "1")
+def test_bench_data_quick_prepares_then_reads_the_cache(tmp_path):
+    result = run("bench_data.py", tmp_path, "--num-proc", "1")
     size = result["sizes"]["5000"]
     assert size["bpe"]["vocab_size"] == 500
     first, cached = size["num_proc_1"]["first"], size["num_proc_1"]["cached"]
@@ -135,9 +135,9 @@ def test_bench_data_quick_prepares_then_reads_the_cache(scripts, tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_ct2_backends_quick_times_both_backends_on_full_length_outputs(scripts, tmp_path):
+def test_bench_ct2_backends_quick_times_both_backends_on_full_length_outputs(tmp_path):
     pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed (pip install -e .[export])")
-    result = run(scripts, "bench_ct2_backends.py", tmp_path)
+    result = run("bench_ct2_backends.py", tmp_path)
     rows = result["sizes"]["tiny"]["rows"]
     assert set(rows) == {
         f"{quantization}/{search}/{backend}"
@@ -152,10 +152,10 @@ def test_bench_ct2_backends_quick_times_both_backends_on_full_length_outputs(scr
         assert 0.0 <= row["identical_to_onednn"] <= 1.0
 
 
-def test_bench_loss_quick_gives_torchs_loss_and_gradient(scripts, tmp_path):
+def test_bench_loss_quick_gives_torchs_loss_and_gradient(tmp_path):
     """The chunked loss against torch's cross_entropy on bf16 logits: the same loss to float rounding, the
     same gradient to bf16 rounding (values below 1, so within bf16's 2^-8 relative step)."""
-    result = run(scripts, "bench_loss.py", tmp_path)
+    result = run("bench_loss.py", tmp_path)
     assert set(result["losses"]) == {"torch", "chunked"}
     chunked = result["losses"]["chunked"]
     assert chunked["loss_rel_diff"] < 1e-5
@@ -163,20 +163,20 @@ def test_bench_loss_quick_gives_torchs_loss_and_gradient(scripts, tmp_path):
     assert all(row["ms"] > 0 for row in result["losses"].values())
 
 
-def test_bench_stream_quick_translates_every_line_and_samples_memory(scripts, tmp_path):
-    result = run(scripts, "bench_stream.py", tmp_path)
+def test_bench_stream_quick_translates_every_line_and_samples_memory(tmp_path):
+    result = run("bench_stream.py", tmp_path)
     assert [r["lines"] for r in result["runs"]] == [2000, 8000]
     for measured in result["runs"]:
         assert measured["one_output_line_per_input_line"] and measured["output_lines"] == measured["lines"]
         assert 0 < measured["rss_mib_at_10_percent"] <= measured["peak_rss_mib"]
 
 
-def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longest(scripts, tmp_path):
+def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longest(tmp_path):
     """A batch's longest, rounded up to a multiple of 8 (a compiled run's), then to its bucket (a multiple
     of 8 or more): each pads at least as much as the one before."""
     write_newstest(tmp_path / "wmt14", pairs=100)
     output = tmp_path / "compile.json"
-    script_ran(scripts, "bench_compile.py", "--only", "padding", "--data", str(tmp_path / "wmt14"),
+    script_ran("bench_compile.py", "--only", "padding", "--data", str(tmp_path / "wmt14"),
                "--bpe-vocab", "400", "--data-copies", "2", "--max-tokens", "600", "--output", str(output),
                timeout=300)  # fmt: skip
     padding = json.loads(output.read_text())["padding"]
@@ -185,13 +185,12 @@ def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longes
 
 
 @pytest.mark.slow
-def test_bench_packing_speed_trains_padded_and_packed_batches_of_the_same_pairs(scripts, tmp_path):
+def test_bench_packing_speed_trains_padded_and_packed_batches_of_the_same_pairs(tmp_path):
     """Eager steps of a tiny model on token-budget batches padded to their longest and on packed batches:
     both epochs hold every pair once, and a pass over a whole epoch trains on the same real target tokens
     either way, in fewer, fuller steps of one shape when packed."""
     write_newstest(tmp_path / "wmt14", pairs=30)
     result = run(
-        scripts,
         "bench_packing.py",
         tmp_path,
         "--speed",
@@ -217,10 +216,10 @@ def test_bench_packing_speed_trains_padded_and_packed_batches_of_the_same_pairs(
     assert speed["packed_over_padded_eager"] > 0
 
 
-def test_profile_step_counts_both_models_kernels(scripts, tmp_path):
+def test_profile_step_counts_both_models_kernels(tmp_path):
     """Greedy decoding of the same weights, profiled: both models run the same products, each a step."""
     output = tmp_path / "profile.json"
-    script_ran(scripts, "profile_step.py", "--size", "tiny", "--what", "greedy", "--batch", "2", "--length",
+    script_ran("profile_step.py", "--size", "tiny", "--what", "greedy", "--batch", "2", "--length",
                "4", "--warmup", "1", "--steps", "1", "--output", str(output), timeout=300)  # fmt: skip
     models = json.loads(output.read_text())["models"]
     for model in ("marian", "ours"):
