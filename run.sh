@@ -2,6 +2,7 @@
 # The two set-up commands of the README, on a fresh machine:
 #   bash run.sh demo   train a small model on the shipped Multi30k, translate the test set, report BLEU
 #   bash run.sh test   run the test suite, one pytest worker per core (-n 0 after it: one process)
+# (`bash run.sh install [test]` prepares the environment of either and runs nothing.)
 # Both create .venv (or reuse it) with PyTorch pinned first: an unpinned torch requirement would pull
 # the newest release. PyPI's Linux torch is a multi-GB CUDA build; TORCH_INDEX_URL picks another index,
 # e.g. https://download.pytorch.org/whl/cpu for the CPU build. The rest comes at the versions in
@@ -16,19 +17,33 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 
 setup() {
     local extras=$1
+    # What the environment was installed from; when none of it changed since, there is nothing to do.
+    local stamp="$VENV/.run-sh-installed" inputs
+    inputs="torch==$TORCH_VERSION ${TORCH_INDEX_URL} .$extras $(cat pyproject.toml constraints.txt | sha256sum)"
+    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs" ]; then
+        return 0
+    fi
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
-    # pip would compile each installed module to bytecode one at a time; compileall then does the same work
-    # on every core. Like pip, it skips modules written for newer Pythons (torch ships a few), and it leaves
-    # modules already compiled alone.
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
         ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
-        -c constraints.txt -e ".$extras"
+    # uv resolves and installs the rest in parallel, in seconds where pip takes most of a minute. It reads
+    # no pip configuration, so where it cannot reach an index (a mirror set up for pip alone, say) pip does
+    # the same install. torch is named again so that neither replaces the build installed above.
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt uv
+    if ! UV_LINK_MODE=copy "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
+        -c constraints.txt -e ".$extras" "torch==$TORCH_VERSION"; then
+        echo "uv could not install the package; installing it with pip" >&2
+        "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+            -c constraints.txt -e ".$extras" "torch==$TORCH_VERSION"
+    fi
+    # Bytecode for the installed modules on every core (pip would compile them one at a time, uv not at all).
+    # Like pip, compileall skips modules written for newer Pythons (torch ships a few).
     local site_packages
     site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     "$VENV/bin/python" -m compileall -q -j 0 "$site_packages" > /dev/null || true
+    echo "$inputs" > "$stamp"
 }
 
 export HF_HUB_OFFLINE=1
@@ -46,8 +61,12 @@ case "${1:-}" in
         # A test file's tests share one worker, and with them the models its fixtures train once.
         "$VENV/bin/python" -m pytest -q -n auto --dist loadfile "$@"
         ;;
+    install)
+        # The environment alone: `install` the demo's, `install test` the tests'.
+        setup "${2:+[$2]}"
+        ;;
     *)
-        echo "usage: bash run.sh demo|test [extra arguments]" >&2
+        echo "usage: bash run.sh demo|test [extra arguments] | install [test]" >&2
         exit 2
         ;;
 esac
