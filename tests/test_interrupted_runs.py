@@ -3,9 +3,9 @@ the final model half written, results.json half written) and resumed with `train
 that was never interrupted: the same steps, the same checkpoints kept and averaged, the same final weights
 to the bit (one thread).
 
-The killed run is a process of its own, which kills itself; the uninterrupted and the resumed runs go
-through `main`, in this process, on one thread and with the products the killed process computes with
-(the oneDNN sizes the package ships), so that all three compute alike to the bit."""
+The killed run is a process of its own (forked by `forked_processes`), which kills itself; the uninterrupted
+and the resumed runs go through `main`, in this process, on one thread and with the products the killed
+process computes with (the oneDNN sizes the package ships), so that all three compute alike to the bit."""
 
 import json
 import os
@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_processes
 import pytest
 import torch
 from conftest import MEASURED_ONEDNN_MINIMA, SHIPPED_ONEDNN_FLOAT32_LINEAR
@@ -31,7 +32,8 @@ import signal
 import sys
 from pathlib import Path
 
-import safetensors.torch  # patched before transformers and the package take its save_file
+import safetensors.torch
+import transformers.modeling_utils  # which holds save_file under a name of its own
 
 phase, last_checkpoint = sys.argv[1], f"checkpoint-{sys.argv[2]}"
 save_file, write_text = safetensors.torch.save_file, Path.write_text
@@ -56,7 +58,7 @@ def text_written(self, text, *args, **kwargs):
     return write_text(self, text, *args, **kwargs)
 
 
-safetensors.torch.save_file = weights_saved
+safetensors.torch.save_file = transformers.modeling_utils.safe_save_file = weights_saved
 Path.write_text = text_written
 
 from transformers.trainer_callback import TrainerState
@@ -95,7 +97,7 @@ def train_killed(tmp_path: Path, out: Path, corpus: Path, killed_at: str) -> sub
     script.write_text(KILLED_RUN)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(script), killed_at, str(MAX_STEPS), *train_flags(out, corpus)]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    return forked_processes.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
 def train(out: Path, corpus: Path, *extra: str) -> None:

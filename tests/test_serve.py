@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -1061,8 +1062,9 @@ def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(
     """benchmarks/bench_serve.py --quick: every answer under load, with faults mixed in, is the sentence's
     own translation; oversize requests are 413, malformed ones 422, and bursts get answers or 503s.
 
-    The benchmark runs through its `main`, in this process (its servers in processes of their own): its
-    references decode with the products the servers decode with (`shipped_onednn_sizes`, one thread)."""
+    The benchmark runs through its `main`, in this process (its servers in processes of their own, forked as
+    the other server tests' are): its references decode with the products the servers decode with
+    (`shipped_onednn_sizes`, one thread)."""
     data = tmp_path / "sentences.txt"
     data.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
     output = tmp_path / "results.json"
@@ -1070,6 +1072,8 @@ def test_bench_serve_quick_loses_mixes_up_and_garbles_nothing(
     spec = importlib.util.spec_from_file_location("bench_serve", REPO_ROOT / "benchmarks" / "bench_serve.py")
     bench_serve = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_serve)
+    # Its own module object: the benchmark's `subprocess.Popen` is forked_processes.popen, nobody else's.
+    bench_serve.subprocess = types.SimpleNamespace(Popen=forked_processes.popen, PIPE=subprocess.PIPE)
     threads = torch.get_num_threads()
     try:
         bench_serve.main(["--model", str(model_dir), "--data", str(data), "--quick", "--threads", "1",
