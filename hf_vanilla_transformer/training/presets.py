@@ -97,7 +97,7 @@ class TrainingPreset:
         "pack each batch's pairs end to end into rows of this many tokens, positions restarting and "
         "attention kept within each pair (`training/packing`): every batch has one shape, so a compiled step "
         "compiles once, and only the rows' tails are padding; replaces --length-buckets (default: off, each "
-        "batch padded to its longest pair)",
+        "batch padded to its longest pair: packing's speed on a GPU is not yet measured)",
         check=positive_int,
         group=TRAINING,
     )
