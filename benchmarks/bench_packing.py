@@ -16,7 +16,10 @@ lengths (`bench_train.newstest_lengths`: one BPE vocabulary trained on the pairs
 a token-budget batch may: `--max-tokens // row_length` rows of `row_length` tokens on the side with more
 tokens, the other side's rows in proportion (`packing.balanced_row_lengths`), filled by
 `PackedBatchSampler`; every batch of the epoch counts, the last, part-empty one too. `--data-copies`
-copies of the pairs stand in for a corpus the size of the paper's, as in bench_compile.py.
+copies of the pairs stand in for a corpus the size of the paper's, as in bench_compile.py. For packed
+batches, also the share of the attention's blocks of 128 x 128 that flex attention computes with their
+block masks (`packing.packed_block_masks`, `--model-override attn_implementation=flex_attention`) in the
+epoch's first `BLOCK_SAMPLE` batches, where dense masks compute every block.
 
 `--speed`: training steps of a model of `--size` (a training preset's model: cpu-demo, base, big; or tiny,
 for the tests) on batches of those pairs' lengths, under a BPE vocabulary of `--bpe-vocab` tokens (by
@@ -33,7 +36,9 @@ variants, each with its own copy of one initial model:
 - packed-eager: `PackedBatchSampler` batches collated by `PackingCollator`, as `train --packed-row-length`
   batches them: rows of `--packed-row-length` tokens on the side with more tokens, the other side's in
   proportion (`balanced_row_lengths`), as many rows as `--max-tokens` holds, carrying their segment ids
-  to the device, where each step builds their masks (`with_packed_masks`, timed with the step);
+  to the device, where each step builds their masks (`with_packed_masks`, timed with the step): dense
+  4-D masks for SDPA, or with `--packed-attention flex_attention` (CUDA only) flex attention's block
+  masks, which skip the blocks where no pair meets another;
 - with `--compile`, padded-compiled: the padded batches rounded up to multiples of 8
   (`compilation.SEQUENCE_MULTIPLE`) through `CompiledTrainingLoss(epsilon)`, whose batch dimensions are
   dynamic, as `train --compile` runs; and packed-compiled: the packed batches through
@@ -123,11 +128,15 @@ from hf_vanilla_transformer.training.packing import (  # noqa: E402
     PackedBatchSampler,
     PackingCollator,
     balanced_row_lengths,
+    pack_pairs,
+    packed_block_masks,
     with_packed_masks,
 )
 from hf_vanilla_transformer.training.presets import TRAINING_PRESETS  # noqa: E402
 from hf_vanilla_transformer.training.schedule import build_paper_optimizer  # noqa: E402
 
+# The batches of an epoch whose flex attention blocks are counted (`flex_blocks_share`): a sample.
+BLOCK_SAMPLE = 20
 # The CPU flags that decide the speed of a training step here (bf16 and matrix units).
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 # --speed's model sizes: the training presets' models, and a tiny one for the tests (cpu-demo's recipe).
@@ -198,7 +207,31 @@ def packed(src: list[int], tgt: list[int], row_length: int, max_tokens: int) -> 
         "batches": len(batches),
         "shape": f"{rows}x{source_length} / {rows}x{target_length}",
         "sampler_s": seconds,
+        "flex_blocks_share": flex_blocks_share(
+            src, tgt, batches[:BLOCK_SAMPLE], rows, source_length, target_length
+        ),
     }
+
+
+def flex_blocks_share(
+    src: list[int],
+    tgt: list[int],
+    batches: list[list[int]],
+    rows: int,
+    source_length: int,
+    target_length: int,
+) -> float:
+    """The share of the attention's blocks of 128 x 128 (encoder self-, decoder self- and encoder-decoder
+    attention together) that flex attention computes with `packed_block_masks` over `batches`, where the
+    dense masks compute them all."""
+    computed = total = 0
+    for indices in batches:
+        pairs = [([FIRST_ORDINARY] * src[index], [FIRST_ORDINARY] * tgt[index]) for index in indices]
+        batch = pack_pairs(pairs, rows, source_length, target_length, 0, 0)
+        for mask in packed_block_masks(batch.source_segments, batch.target_segments):
+            blocks = mask.to_dense()
+            computed, total = computed + int(blocks.sum()), total + blocks.numel()
+    return computed / total
 
 
 def padding_shares(args: argparse.Namespace, result: dict) -> None:
@@ -212,12 +245,21 @@ def padding_shares(args: argparse.Namespace, result: dict) -> None:
 
     varied = f"varies (<= {args.max_tokens} a side)"
     rows = [
-        ["(a) padded to each batch's longest", padded["padding_share_longest"], token_budget_batches, varied],
-        ["(b) rounded up to multiples of 8", padded["padding_share_compiled"], token_budget_batches, varied],
-        ["    length buckets", padded["padding_share_buckets"], token_budget_batches, varied],
+        [name, padded[key], token_budget_batches, varied, ""]
+        for name, key in (
+            ("(a) padded to each batch's longest", "padding_share_longest"),
+            ("(b) rounded up to multiples of 8", "padding_share_compiled"),
+            ("    length buckets", "padding_share_buckets"),
+        )
     ]
     rows += [
-        [f"(c) packed, rows of {length}", figures["padding_share"], figures["batches"], figures["shape"]]
+        [
+            f"(c) packed, rows of {length}",
+            figures["padding_share"],
+            figures["batches"],
+            figures["shape"],
+            f"{figures['flex_blocks_share']:.1%}",
+        ]
         for length, figures in result["packed"].items()
     ]
     print(
@@ -225,8 +267,14 @@ def padding_shares(args: argparse.Namespace, result: dict) -> None:
     )
     print(
         format_table(
-            ["batches", "positions padded", "batches an epoch", "shape (source / target)"],
-            [[name, f"{share:.2%}", str(count), shape] for name, share, count, shape in rows],
+            [
+                "batches",
+                "positions padded",
+                "batches an epoch",
+                "shape (source / target)",
+                f"flex attention blocks computed (first {BLOCK_SAMPLE} batches)",
+            ],
+            [[name, f"{share:.2%}", str(count), shape, blocks] for name, share, count, shape, blocks in rows],
         )
     )
     for length, figures in result["packed"].items():
@@ -401,7 +449,7 @@ class Variant:
 
     def step(self, batch: dict[str, torch.Tensor]) -> None:
         if SEGMENT_KEYS[0] in batch:  # packed: its masks built on the device, as `train` builds them
-            batch = with_packed_masks(batch)
+            batch = with_packed_masks(batch, attn_implementation=self.model.config._attn_implementation)
         autocast = torch.autocast(self.device, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with autocast:
             loss = self.loss(self.model, batch)
@@ -505,6 +553,8 @@ def variant(name: str, args: argparse.Namespace, data: dict, stack: ExitStack) -
     batches; a compiled variant's layers stay marked as compile regions for the life of `stack`."""
     kind, how = name.split("-")
     model = new_model(args)
+    if kind == PACKED:
+        model.set_attn_implementation(args.packed_attention)
     epsilon = label_smoothing(args.size)
     if how == "compiled":
         compiled = CompiledTrainingLoss(epsilon, static_shapes=kind == PACKED)
@@ -647,6 +697,7 @@ def speed(args: argparse.Namespace, result: dict, save: Callable[[], None]) -> N
         "label_smoothing": label_smoothing(args.size),
         "device": args.device,
         "precision": "bf16 autocast" if args.bf16 else "float32",
+        "packed_attention": args.packed_attention,
         "data": data["summary"],
         "variants": {},
     }
@@ -805,6 +856,13 @@ def main(argv: list[str] | None = None) -> dict:
         help="--compile: the compiled variants (packed always: it comes first)",
     )
     parser.add_argument("--warm-start", action="store_true", help="--speed --compile: and a warm start")
+    parser.add_argument(
+        "--packed-attention",
+        choices=["sdpa", "flex_attention"],
+        default="sdpa",
+        help="--speed: the packed variants' attention: SDPA with dense 4-D masks, or flex attention with "
+        "block masks (CUDA only: it has no backward pass on a CPU)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny model, small data: a smoke test")
     parser.add_argument("--output", help="also write the figures to this JSON file")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
@@ -820,6 +878,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--compile and --warm-start time steps: give --speed")
     if args.warm_start and not args.compile:
         parser.error("--warm-start starts from what --compile's cold run saved: give --compile")
+    if args.packed_attention == "flex_attention" and args.device != "cuda":
+        parser.error("--packed-attention flex_attention trains on CUDA only: give --device cuda")
     if args.speed:
         defaults = SIZE_DEFAULTS[args.size]
         args.vocab = args.vocab or defaults["vocab"]

@@ -114,3 +114,31 @@ def test_chunked_loss_on_cuda_equals_torch_cross_entropy(monkeypatch, dtype):
     reference.backward()
     torch.testing.assert_close(loss, reference)
     torch.testing.assert_close(logits.grad, reference_logits.grad.to(dtype))
+
+
+def test_packed_flex_attention_trains_as_padded_sdpa_on_cuda():
+    """Packed rows with flex attention's block masks (`train --packed-row-length` with
+    attn_implementation=flex_attention): the label-smoothed loss and every gradient those of the same pairs
+    padded one a row under SDPA."""
+    from test_packing import NO_DROPOUT, PAD, VOCAB, padded_batch, random_pairs
+
+    from hf_vanilla_transformer.training.packing import pack_pairs, with_packed_masks
+
+    pairs = random_pairs(24, seed=3)
+    model = tiny_model(vocab_size=VOCAB, pad_token_id=PAD, **NO_DROPOUT).to(CUDA).train()
+    segments = pack_pairs(pairs, 5, 128, 128, PAD, model.config.decoder_start_token_id).segment_inputs()
+    on_cuda = {key: value.to(CUDA) for key, value in segments.items()}
+    packed = with_packed_masks(on_cuda, attn_implementation="flex_attention")
+    padded = {key: value.to(CUDA) for key, value in padded_batch(pairs).items()}
+    results = []
+    for attention, batch in (("flex_attention", packed), ("sdpa", padded)):
+        model.set_attn_implementation(attention)
+        model.zero_grad()
+        logits = model(**batch).logits
+        total = training_loss.label_smoothed_cross_entropy(logits, batch["labels"], 0.1, num_items_in_batch=1)
+        total.backward()
+        results.append((total.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}))
+    (packed_total, packed_grads), (padded_total, padded_grads) = results
+    torch.testing.assert_close(packed_total, padded_total, rtol=1e-5, atol=1e-5)
+    for name, gradient in packed_grads.items():
+        torch.testing.assert_close(gradient, padded_grads[name], rtol=1e-4, atol=1e-5, msg=name)

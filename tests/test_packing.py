@@ -36,6 +36,7 @@ from hf_vanilla_transformer.training.packing import (
 BOS, PAD = 0, 1
 VOCAB = 64
 NO_DROPOUT = {"P_drop": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0}
+MASK_KEYS = ("attention_mask", "decoder_attention_mask", "cross_attention_mask")
 
 
 def random_pairs(count: int, seed: int = 0, longest: int = 20) -> list[tuple[list[int], list[int]]]:
@@ -153,6 +154,34 @@ def test_packed_log_likelihood_of_every_pair_equals_the_padded_one(attention, po
     torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
 
 
+def test_flex_attention_with_block_masks_gives_every_pair_its_padded_log_likelihood():
+    """A model whose attention is flex attention takes the packed rows' block masks
+    (`with_packed_masks(..., attn_implementation="flex_attention")`) through its mask functions, and each
+    pair's log-likelihood is the one it has alone in a padded batch under SDPA. Blocks that the masks list
+    as skipped hold no pair's keys, so skipping them changes nothing. Dynamo's eager backend runs flex
+    attention's reference kernel, which a CPU can run without Inductor's flex kernels."""
+    model = tiny_model(vocab_size=VOCAB, pad_token_id=PAD, **NO_DROPOUT).eval()
+    pairs = random_pairs(30, seed=1)
+    packed = pack_pairs(pairs, 2, 512, 512, PAD, model.config.decoder_start_token_id)
+    inputs = with_packed_masks(packed.segment_inputs(), attn_implementation="flex_attention")
+    assert {type(inputs[key]).__name__ for key in MASK_KEYS} == {"BlockMask"}
+    for key in MASK_KEYS:  # rows of 4 blocks of 128: the blocks of other pairs and of padding skipped
+        blocks = inputs[key].to_dense()
+        assert 0 < blocks.sum() <= blocks.numel() / 4, key
+    model.set_attn_implementation("flex_attention")
+    with torch.no_grad():
+        logits = torch.compile(model, backend="eager", fullgraph=True)(**inputs).logits
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        padded = token_log_likelihoods(model(**padded_batch(pairs)).logits, padded_batch(pairs)["labels"])
+    tokens = token_log_likelihoods(logits, inputs["labels"]).double()
+    real = packed.target_segments != PADDING_SEGMENT
+    per_pair = torch.zeros(len(pairs), dtype=torch.float64).index_add_(
+        0, packed.target_segments[real], tokens[real]
+    )
+    torch.testing.assert_close(per_pair, padded.double().sum(-1), rtol=1e-5, atol=1e-5)
+
+
 def test_packed_forward_is_the_padded_one_exactly_in_float64():
     """In float64 the two forwards differ by rounding only: masked keys get exactly zero weight."""
     model = tiny_model(vocab_size=VOCAB, pad_token_id=PAD, **NO_DROPOUT).double()
@@ -227,7 +256,7 @@ def test_a_batch_carrying_segment_ids_gets_the_same_masks_where_it_is():
     with_masks = PackingCollator(4, 64, 64, PAD, BOS)(features)
     carrying_segments = PackingCollator(4, 64, 64, PAD, BOS, with_masks=False)(features)
     assert set(SEGMENT_KEYS) <= set(carrying_segments)
-    assert not {"attention_mask", "decoder_attention_mask", "cross_attention_mask"} & set(carrying_segments)
+    assert not set(MASK_KEYS) & set(carrying_segments)
     masked = with_packed_masks(carrying_segments)
     assert set(masked) == set(with_masks)
     for key, tensor in with_masks.items():
@@ -395,6 +424,11 @@ def test_a_packed_run_trains_on_batches_of_one_shape(tmp_path, monkeypatch):
         (
             ["--packed-row-length", "64", "--model-override", "attn_implementation=flash_attention_2"],
             "flash_attention_2 ignores",
+        ),
+        pytest.param(
+            ["--packed-row-length", "64", "--model-override", "attn_implementation=flex_attention"],
+            "flex attention has no backward pass on a CPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="flex attention trains on CUDA"),
         ),
     ],
 )

@@ -15,7 +15,9 @@ Each pair is computed as it is alone:
 - the attention masks (`packed_attention_masks`) keep every attention inside a pair (Section 3.2.3): encoder
   self-attention within its source, decoder self-attention causal within its target, and encoder-decoder
   attention from its target to its source. They are the prepared 4-D masks that transformers' mask
-  functions pass through unchanged, so the model's eager and SDPA attention both take them.
+  functions pass through unchanged, so the model's eager and SDPA attention both take them, and flex
+  attention its block masks of the same rule (`packed_block_masks`), which skip the blocks of a row where
+  no pair meets another.
 
 The pieces:
 
@@ -34,12 +36,13 @@ The pieces:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.utils.data import Sampler
 
 from .batching import check_pairs_and_replicas, column_lengths
@@ -140,6 +143,41 @@ def place_pairs(
     return placement
 
 
+def _within_pairs(
+    query_segments: torch.Tensor, key_segments: torch.Tensor, causal: bool, padding_attends: bool
+) -> Callable:
+    """Whether a query may attend to a key, as a mask function of (row, head, query, key) indices, the form
+    that transformers' mask functions and flex attention's `mask_mod` take: within the query's pair (its
+    segment id that of the key), to itself and the keys before it where `causal`. A padding query attends
+    to every key where `padding_attends`, else to none."""
+
+    def allowed(row: torch.Tensor, head: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor):
+        query_segment = query_segments[row, query]
+        same_pair = query_segment == key_segments[row, key]
+        if causal:
+            same_pair = same_pair & (key <= query)
+        if padding_attends:
+            return same_pair | (query_segment == PADDING_SEGMENT)
+        return same_pair & (query_segment != PADDING_SEGMENT)
+
+    return allowed
+
+
+def _packed_attentions(
+    source_segments: torch.Tensor, target_segments: torch.Tensor, padding_attends: bool
+) -> tuple[tuple[Callable, int, int], ...]:
+    """(mask function, queries, keys) of the encoder self-attention, the decoder self-attention and the
+    encoder-decoder attention of packed rows."""
+    return tuple(
+        (_within_pairs(queries, keys, causal, padding_attends), queries.shape[1], keys.shape[1])
+        for queries, keys, causal in (
+            (source_segments, source_segments, False),
+            (target_segments, target_segments, True),
+            (target_segments, source_segments, False),
+        )
+    )
+
+
 def packed_attention_masks(
     source_segments: torch.Tensor, target_segments: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -155,16 +193,33 @@ def packed_attention_masks(
     whose NaN the backward pass would spread to the weights' gradients. No real token attends to padding,
     so what padding computes reaches no loss.
     """
-    source_padding = source_segments == PADDING_SEGMENT
-    target_padding = target_segments == PADDING_SEGMENT
-    encoder = (source_segments[:, :, None] == source_segments[:, None, :]) | source_padding[:, :, None]
-    same_target = target_segments[:, :, None] == target_segments[:, None, :]
-    causal = torch.ones(same_target.shape[1:], dtype=torch.bool, device=same_target.device).tril()
-    decoder = (same_target & causal) | target_padding[:, :, None]
-    cross = (target_segments[:, :, None] == source_segments[:, None, :]) | target_padding[:, :, None]
-    attend = torch.zeros((), dtype=dtype, device=source_segments.device)
-    ignore = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=source_segments.device)
-    return tuple(torch.where(allowed, attend, ignore)[:, None] for allowed in (encoder, decoder, cross))
+    device = source_segments.device
+
+    def indices(count: int) -> torch.Tensor:
+        return torch.arange(count, device=device)
+
+    # Indices broadcast to (rows, 1, queries, keys): the mask functions give every entry at once.
+    rows = indices(source_segments.shape[0])[:, None, None, None]
+    attend = torch.zeros((), dtype=dtype, device=device)
+    ignore = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
+    return tuple(
+        torch.where(allowed(rows, None, indices(queries)[:, None], indices(keys)), attend, ignore)
+        for allowed, queries, keys in _packed_attentions(source_segments, target_segments, True)
+    )
+
+
+def packed_block_masks(source_segments: torch.Tensor, target_segments: torch.Tensor) -> tuple[BlockMask, ...]:
+    """The masks of `packed_attention_masks` as flex attention's block masks, for a model whose
+    `attn_implementation` is "flex_attention": the same rule for every real token, kept as a function of
+    the indices, with the blocks of 128 x 128 that no query may attend to listed so that flex attention
+    skips them. A padding query attends to no key: flex attention gives such a query zeros, not NaN, and
+    the padding at a row's end then leaves its blocks empty. They are 4-D, so the model's mask functions
+    pass them through to the attention as they do the dense masks."""
+    rows = source_segments.shape[0]
+    return tuple(
+        create_block_mask(allowed, rows, None, queries, keys, device=source_segments.device)
+        for allowed, queries, keys in _packed_attentions(source_segments, target_segments, False)
+    )
 
 
 @dataclass
@@ -210,18 +265,24 @@ class PackedBatch:
         return with_packed_masks(self.segment_inputs(), dtype)
 
 
-def with_packed_masks(inputs: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> dict:
+def with_packed_masks(
+    inputs: dict[str, torch.Tensor],
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str | None = None,
+) -> dict:
     """A packed batch that carries its tokens' segment ids (`PackedBatch.segment_inputs`) as the model's
     keyword arguments: the segment ids replaced by the masks of `packed_attention_masks` in `dtype`, built
-    on the device the segment ids are on."""
+    on the device the segment ids are on; for a model whose `attn_implementation` is "flex_attention",
+    by those of `packed_block_masks`."""
     inputs = dict(inputs)
     source_segments, target_segments = (inputs.pop(key) for key in SEGMENT_KEYS)
-    encoder_mask, decoder_mask, cross_mask = packed_attention_masks(source_segments, target_segments, dtype)
+    if attn_implementation == "flex_attention":
+        masks = packed_block_masks(source_segments, target_segments)
+    else:
+        masks = packed_attention_masks(source_segments, target_segments, dtype)
     return {
         **inputs,
-        "attention_mask": encoder_mask,
-        "decoder_attention_mask": decoder_mask,
-        "cross_attention_mask": cross_mask,
+        **dict(zip(("attention_mask", "decoder_attention_mask", "cross_attention_mask"), masks, strict=True)),
     }
 
 
@@ -459,6 +520,7 @@ __all__ = [
     "balanced_row_lengths",
     "pack_pairs",
     "packed_attention_masks",
+    "packed_block_masks",
     "place_pairs",
     "with_packed_masks",
 ]

@@ -215,18 +215,27 @@ class TrainingSettings(RecipeOverrides):
             )
 
     def _check_model(self, recipe: TrainingPreset) -> None:
-        """The model overrides must make a valid config, and cannot change a model to fine-tune."""
+        """The model overrides must make a valid config, trainable on this machine, and cannot change a
+        model to fine-tune."""
         if self.init_from is not None and self.model_overrides:
             raise ValueError(
                 f"--model-override ({', '.join(self.model_overrides)}) cannot change {self.init_from}: a "
                 "fine-tuned model keeps the architecture it starts from."
             )
+        import torch
+
         from .. import VanillaTransformerConfig
 
         try:
             VanillaTransformerConfig.from_preset(recipe.model_preset, **recipe.model_overrides)
         except (ValueError, TypeError) as error:
             raise ValueError(f"--model-override: {error}") from None
+        attention = recipe.model_overrides.get("attn_implementation")
+        if attention == "flex_attention" and not torch.cuda.is_available():
+            raise ValueError(
+                "attn_implementation=flex_attention trains on a GPU only: torch's flex attention has no "
+                "backward pass on a CPU. Leave the override out here (SDPA attention), or train on CUDA."
+            )
 
     def _check_packing(self, recipe: TrainingPreset) -> None:
         """Packed rows must hold the longest pair side, take pairs of fixed lengths, and an attention that
@@ -248,7 +257,7 @@ class TrainingSettings(RecipeOverrides):
         if attention.startswith("flash"):
             raise ValueError(
                 f"--packed-row-length keeps attention within each pair with 4-D masks, which {attention} "
-                "ignores: use attn_implementation=sdpa or eager."
+                "ignores: use attn_implementation=sdpa, eager or flex_attention."
             )
 
     def _check_evaluation(self, recipe: TrainingPreset) -> None:

@@ -127,9 +127,11 @@ class TokenBudgetSeq2SeqTrainer(NoStepPastTheEnd, LabelSmoothedSeq2SeqTrainer):
         num_items_in_batch: int | torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
         """The loss of a batch, as `LabelSmoothedSeq2SeqTrainer` computes it; a packed batch's attention
-        masks are built first, from its segment ids, on the device the batch is on."""
+        masks are built first, from its segment ids, on the device the batch is on, in the form the model's
+        attention takes (block masks for flex attention)."""
         if SEGMENT_KEYS[0] in inputs:
-            inputs = with_packed_masks(inputs)
+            attention = self.accelerator.unwrap_model(model).config._attn_implementation
+            inputs = with_packed_masks(inputs, attn_implementation=attention)
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def get_batch_samples(
