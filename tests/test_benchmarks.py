@@ -184,6 +184,20 @@ def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longes
     assert 0 < shares[0] < shares[1] <= shares[2] < 1, shares
 
 
+def test_bench_packing_counts_padding_and_the_blocks_flex_attention_computes(tmp_path):
+    """Packed rows pad less than the token-budget batches; flex attention's block masks leave out more of
+    the blocks the longer the rows, and never compute more than all of them."""
+    write_newstest(tmp_path / "wmt14", pairs=100)
+    output = tmp_path / "packing.json"
+    script_ran("bench_packing.py", "--data", str(tmp_path / "wmt14"), "--bpe-vocab", "400", "--data-copies",
+               "2", "--max-tokens", "1024", "--row-lengths", "128", "512", "--output", str(output),
+               timeout=300)  # fmt: skip
+    result = json.loads(output.read_text())
+    short, long = (result["packed"][length] for length in ("128", "512"))
+    assert 0 <= long["padding_share"] < result["padded"]["padding_share_compiled"]
+    assert 0 < long["flex_blocks_share"] < short["flex_blocks_share"] <= 1, (short, long)
+
+
 @pytest.mark.slow
 def test_bench_packing_speed_trains_padded_and_packed_batches_of_the_same_pairs(tmp_path):
     """Eager steps of a tiny model on token-budget batches padded to their longest and on packed batches:
