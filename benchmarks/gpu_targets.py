@@ -40,9 +40,10 @@ def tokens_per_s(result: dict, search: str, engine: str) -> float | None:
     return engine_result(result, search, engine).get("tokens_per_s")
 
 
-def packed_speed(folder: Path) -> dict:
-    """bench_packing.py --speed's figures at base size (gpu_check.sh's train_packed step), or nothing."""
-    speed = read(folder, "train_packed.json").get("speed", {})
+def packed_speed(folder: Path, name: str = "train_packed.json") -> dict:
+    """bench_packing.py --speed's figures at base size (gpu_check.sh's train_packed step, or the step whose
+    result file is `name`), or nothing."""
+    speed = read(folder, name).get("speed", {})
     return speed if speed.get("size") == "base" else {}
 
 
@@ -63,6 +64,10 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
     packed_eager = packed.get("packed_over_padded_eager")
     # Paired rounds where the run compiled both; else against train_presets' compiled step, same batches.
     packed_compiled_ratio = packed.get("packed_over_padded_compiled")
+    flex = packed_speed(folder, "train_packed_flex.json")
+    flex_tokens = flex.get("variants", {}).get("packed-eager", {}).get("tokens_per_s")
+    flex_over_padded = flex.get("packed_over_padded_eager")
+    dense_tokens = packed.get("variants", {}).get("packed-eager", {}).get("tokens_per_s")
 
     def seconds(modes: dict, mode: str, key: str) -> str:
         value = modes.get(mode, {}).get(key)
@@ -98,6 +103,15 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
                 if packed_compiled_ratio
                 else ratio(packed_tokens, base_compiled)
             ),
+            "",
+            "",
+        ),
+        (
+            "packed, eager, flex attention's block masks against dense masks (train_packed_flex against "
+            "train_packed, base, tok/s): ratio / against padded batches",
+            ratio(flex_tokens, dense_tokens)
+            + " / "
+            + (f"{flex_over_padded:.2f}x" if flex_over_padded else UNMEASURED),
             "",
             "",
         ),
