@@ -154,7 +154,7 @@ def test_packed_log_likelihood_of_every_pair_equals_the_padded_one(attention, po
     torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
 
 
-def test_flex_attention_with_block_masks_gives_every_pair_its_padded_log_likelihood():
+def test_flex_attention_with_block_masks_gives_every_pair_its_padded_log_likelihood(fresh_dynamo):
     """A model whose attention is flex attention takes the packed rows' block masks
     (`with_packed_masks(..., attn_implementation="flex_attention")`) through its mask functions, and each
     pair's log-likelihood is the one it has alone in a padded batch under SDPA. Blocks that the masks list
