@@ -151,7 +151,9 @@ def _within_pairs(
     segment id that of the key), to itself and the keys before it where `causal`. A padding query attends
     to every key where `padding_attends`, else to none."""
 
-    def allowed(row: torch.Tensor, head: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor):
+    def allowed(
+        row: torch.Tensor, head: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor
+    ) -> torch.Tensor:
         query_segment = query_segments[row, query]
         same_pair = query_segment == key_segments[row, key]
         if causal:
