@@ -370,14 +370,28 @@ def test_the_packed_training_step_compiles_once_for_every_batch(fresh_dynamo):
     assert dict(counters["graph_break"]) == {}, origin
 
 
-def test_a_packed_run_trains_on_batches_of_one_shape(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "attention",
+    [
+        None,
+        pytest.param(
+            "flex_attention",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="flex attention trains on CUDA"),
+        ),
+    ],
+)
+def test_a_packed_run_trains_on_batches_of_one_shape(attention, tmp_path, monkeypatch):
+    """`train --packed-row-length`: every batch of one shape, carrying its segment ids to the training
+    step, whose loss gets the masks the model's attention takes (flex attention's block masks with
+    attn_implementation=flex_attention, on CUDA)."""
     from test_training import TINY, data_flags, write_corpus
 
     from hf_vanilla_transformer.commands import main
+    from hf_vanilla_transformer.training import trainer
     from hf_vanilla_transformer.training.trainer import TokenBudgetSeq2SeqTrainer
 
     corpus = write_corpus(tmp_path)
-    shapes, labelled = set(), []
+    shapes, labelled, mask_types = set(), [], set()
     take = TokenBudgetSeq2SeqTrainer.get_batch_samples
 
     def recorded(self, iterator, count, device):
@@ -387,7 +401,13 @@ def test_a_packed_run_trains_on_batches_of_one_shape(tmp_path, monkeypatch):
             labelled.append(int((batch["labels"] != -100).sum()))
         return batches, items
 
+    def masks_recorded(*args, **kwargs):
+        inputs = with_packed_masks(*args, **kwargs)
+        mask_types.update(type(inputs[key]).__name__ for key in MASK_KEYS)
+        return inputs
+
     monkeypatch.setattr(TokenBudgetSeq2SeqTrainer, "get_batch_samples", recorded)
+    monkeypatch.setattr(trainer, "with_packed_masks", masks_recorded)
     out = tmp_path / "run"
     flags = [
         "--max-steps",
@@ -398,7 +418,10 @@ def test_a_packed_run_trains_on_batches_of_one_shape(tmp_path, monkeypatch):
         "64",
         "--no-tune-length-penalty",
     ]
+    if attention:
+        flags += ["--model-override", f"attn_implementation={attention}"]
     main(["train", "--output-dir", str(out), "--preset", "cpu-demo", *data_flags(corpus), *TINY, *flags])
+    assert mask_types == ({"BlockMask"} if attention == "flex_attention" else {"Tensor"})
     assert len(shapes) == 1  # one shape for the whole run
     (layout,) = shapes
     keys = dict(layout)
