@@ -43,7 +43,9 @@ variants, each with its own copy of one initial model:
   (`compilation.SEQUENCE_MULTIPLE`) through `CompiledTrainingLoss(epsilon)`, whose batch dimensions are
   dynamic, as `train --compile` runs; and packed-compiled: the packed batches through
   `CompiledTrainingLoss(epsilon, static_shapes=True)`, as `train --compile --packed-row-length` runs. The
-  layers are compiled once per class where the model's stacks are deep enough, as in `train`.
+  layers are compiled once per class where the model's stacks are deep enough, as in `train`. With
+  `--compile-mode reduce-overhead` the packed step is compiled in that mode of `torch.compile`, which on a
+  GPU replays it as CUDA graphs (`train` does not use it).
 
 Each variant trains on the first `--max-batches` batches of its sampler's epoch (seed 0): one first step,
 `--warmup` untimed passes over the batches, then `--repeats` timed passes, the variants in alternating
@@ -456,7 +458,8 @@ class Variant:
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.last_loss = loss.detach()
+        # A copy: under CUDA graphs the next replay overwrites the step's output.
+        self.last_loss = loss.detach().clone()
 
     def first_step(self) -> None:
         """The first step (a compiled variant's compilation), timed on its own."""
@@ -557,7 +560,8 @@ def variant(name: str, args: argparse.Namespace, data: dict, stack: ExitStack) -
         model.set_attn_implementation(args.packed_attention)
     epsilon = label_smoothing(args.size)
     if how == "compiled":
-        compiled = CompiledTrainingLoss(epsilon, static_shapes=kind == PACKED)
+        mode = args.compile_mode if kind == PACKED else None
+        compiled = CompiledTrainingLoss(epsilon, static_shapes=kind == PACKED, mode=mode)
         stack.enter_context(compiled.regions(model))
 
         def loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -698,6 +702,7 @@ def speed(args: argparse.Namespace, result: dict, save: Callable[[], None]) -> N
         "device": args.device,
         "precision": "bf16 autocast" if args.bf16 else "float32",
         "packed_attention": args.packed_attention,
+        "packed_compile_mode": args.compile_mode,
         "data": data["summary"],
         "variants": {},
     }
@@ -863,6 +868,11 @@ def main(argv: list[str] | None = None) -> dict:
         help="--speed: the packed variants' attention: SDPA with dense 4-D masks, or flex attention with "
         "block masks (CUDA only: it has no backward pass on a CPU)",
     )
+    parser.add_argument(
+        "--compile-mode",
+        choices=["reduce-overhead"],
+        help="--compile: torch.compile's mode for the packed compiled step (reduce-overhead: CUDA graphs)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny model, small data: a smoke test")
     parser.add_argument("--output", help="also write the figures to this JSON file")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
@@ -878,6 +888,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--compile and --warm-start time steps: give --speed")
     if args.warm_start and not args.compile:
         parser.error("--warm-start starts from what --compile's cold run saved: give --compile")
+    if args.compile_mode and not args.compile:
+        parser.error("--compile-mode is the compiled packed step's: give --speed --compile")
     if args.packed_attention == "flex_attention" and args.device != "cuda":
         parser.error("--packed-attention flex_attention trains on CUDA only: give --device cuda")
     if args.speed:

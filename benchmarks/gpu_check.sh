@@ -9,7 +9,7 @@
 #   bash benchmarks/gpu_check.sh          # from anywhere; it runs in the repository root
 #
 # Environment:
-#   OUT        folder for the results: gpu_check.log and one JSON per benchmark step, 10 of them (default
+#   OUT        folder for the results: gpu_check.log and one JSON per benchmark step, 11 of them (default
 #              runs/gpu_check)
 #   WMT14_DIR  folder with newstest2013.en/.de and newstest2014.en/.de, relative to the repository root
 #              or absolute (default ../shared/data/wmt14); without them the real-length steps are skipped
@@ -17,10 +17,11 @@
 #              given, to which the repository root is appended
 #   BUDGET_S   seconds for the steps (default 460: with the table and nvidia-smi, under 8 minutes)
 #   STEPS      the names of the steps to run, separated by spaces (default: every step). The steps'
-#              limits add up to about 20 minutes (on an H100 the cold compiles take most of it), more than
+#              limits add up to about 23 minutes (on an H100 the cold compiles take most of it), more than
 #              one call's 8: run "versions tests compile generate" in one call and "generate_static
 #              train_compile profile_greedy" in another; "train_presets train_packed train_packed_flex" in
-#              a third and "profile_train compile_whole" in a fourth where the lease allows.
+#              a third and "train_packed_graphs profile_train compile_whole" in a fourth where the lease
+#              allows.
 #
 # Exit status: 0 when every step passed, 1 otherwise (see the summary at the end of the log).
 
@@ -104,6 +105,11 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA
     # no pair meets another, against the dense masks above (eager: transformers compiles flex attention).
     step train_packed_flex 120 "$PYTHON" benchmarks/bench_packing.py --speed --packed-attention flex_attention \
         --device cuda --bf16 --size base --data "$WMT14_DIR" --output "$OUT/train_packed_flex.json"
+    # The packed compiled step replayed as CUDA graphs (torch.compile's reduce-overhead mode), against
+    # train_packed's compiled step without them.
+    step train_packed_graphs 150 "$PYTHON" benchmarks/bench_packing.py --speed --compile --compiled packed \
+        --compile-mode reduce-overhead --device cuda --bf16 --size base --data "$WMT14_DIR" \
+        --output "$OUT/train_packed_graphs.json"
     # The whole model inlined into one graph, against the regional compile above: last, with what is left.
     step compile_whole 60 "$PYTHON" benchmarks/bench_compile.py --device cuda --size base --batch 400 \
         --length 64 --bf16 --steps 2 --only cold-whole --output "$OUT/compile_whole.json"

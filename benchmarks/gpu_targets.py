@@ -67,6 +67,7 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
     flex = packed_speed(folder, "train_packed_flex.json")
     flex_tokens = flex.get("variants", {}).get("packed-eager", {}).get("tokens_per_s")
     flex_over_padded = flex.get("packed_over_padded_eager")
+    graphs = packed_speed(folder, "train_packed_graphs.json").get("variants", {}).get("packed-compiled", {})
     dense_tokens = packed.get("variants", {}).get("packed-eager", {}).get("tokens_per_s")
 
     def seconds(modes: dict, mode: str, key: str) -> str:
@@ -112,6 +113,12 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
             ratio(flex_tokens, dense_tokens)
             + " / "
             + (f"{flex_over_padded:.2f}x" if flex_over_padded else UNMEASURED),
+            "",
+            "",
+        ),
+        (
+            "packed compiled step replayed as CUDA graphs (reduce-overhead) against without, base, tok/s",
+            ratio(graphs.get("tokens_per_s"), packed_tokens),
             "",
             "",
         ),

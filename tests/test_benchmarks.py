@@ -184,6 +184,22 @@ def test_bench_compile_padding_to_buckets_pads_at_least_as_much_as_to_the_longes
     assert 0 < shares[0] < shares[1] <= shares[2] < 1, shares
 
 
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (["--compile-mode", "reduce-overhead"], "give --speed --compile"),
+        pytest.param(
+            ["--speed", "--packed-attention", "flex_attention"],
+            "trains on CUDA only: give --device cuda",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without CUDA"),
+        ),
+    ],
+)
+def test_bench_packing_refuses_options_it_cannot_run_in_one_line(flags, refusal):
+    refused = run_script("bench_packing.py", *flags)
+    assert refused.returncode == 2 and refusal in refused.stderr.splitlines()[-1], refused.stderr
+
+
 def test_bench_packing_counts_padding_and_the_blocks_flex_attention_computes(tmp_path):
     """Packed rows pad less than the token-budget batches; flex attention's block masks leave out more of
     the blocks the longer the rows, and never compute more than all of them."""

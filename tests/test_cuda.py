@@ -142,3 +142,34 @@ def test_packed_flex_attention_trains_as_padded_sdpa_on_cuda():
     torch.testing.assert_close(packed_total, padded_total, rtol=1e-5, atol=1e-5)
     for name, gradient in packed_grads.items():
         torch.testing.assert_close(gradient, padded_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_packed_step_replayed_as_cuda_graphs_trains_as_the_eager_one():
+    """The packed compiled step in torch.compile's reduce-overhead mode (CUDA graphs, as
+    `bench_packing.py --compile-mode reduce-overhead` measures it): over three steps with the same batches
+    and Adam, the same losses as the eager step's."""
+    from test_packing import NO_DROPOUT, PAD, VOCAB, random_pairs
+
+    from hf_vanilla_transformer.training.compilation import CompiledTrainingLoss, forward_and_loss
+    from hf_vanilla_transformer.training.packing import pack_pairs
+
+    packed = [pack_pairs(random_pairs(20, seed=seed), 4, 128, 128, PAD, 0) for seed in range(3)]
+    batches = [{key: value.to(CUDA) for key, value in batch.model_inputs().items()} for batch in packed]
+    compiled = CompiledTrainingLoss(0.1, static_shapes=True, mode="reduce-overhead")
+
+    def eager(model, batch):
+        return forward_and_loss(model, batch, 0.1, None)
+
+    losses = []
+    for step in (eager, lambda model, batch: compiled(model, batch, None)):
+        model = tiny_model(seed=0, vocab_size=VOCAB, pad_token_id=PAD, **NO_DROPOUT).to(CUDA).train()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        run = []
+        for batch in batches:
+            loss = step(model, batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            run.append(loss.detach().clone())
+        losses.append(torch.stack(run))
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-4)

@@ -139,7 +139,9 @@ class CompiledTrainingLoss:
     """`forward_and_loss` compiled (`torch.compile` with `backend`), called with every batch's dimensions
     declared dynamic (`with_dynamic_batch_dimensions`), or, with `static_shapes` (packed batches, all of
     one shape), compiled for that one shape with no dynamic dimension; the model's layers compiled once per
-    class where `regional` (within `regions`; None: where `regional_compilation_pays`)."""
+    class where `regional` (within `regions`; None: where `regional_compilation_pays`). `mode` is
+    `torch.compile`'s: "reduce-overhead" replays a static-shape step on a GPU as CUDA graphs, which
+    `bench_packing.py --compile-mode` measures; `train` leaves it unset until a measurement shows it pays."""
 
     def __init__(
         self,
@@ -147,12 +149,13 @@ class CompiledTrainingLoss:
         backend: str = "inductor",
         regional: bool | None = None,
         static_shapes: bool = False,
+        mode: str | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.regional = regional
         self.static_shapes = static_shapes
         self.function = torch.compile(
-            forward_and_loss, backend=backend, dynamic=False if static_shapes else None
+            forward_and_loss, backend=backend, mode=mode, dynamic=False if static_shapes else None
         )
 
     def regions(self, model: nn.Module) -> AbstractContextManager[None]:
