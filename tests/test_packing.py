@@ -157,17 +157,24 @@ def test_packed_log_likelihood_of_every_pair_equals_the_padded_one(attention, po
 def test_flex_attention_with_block_masks_gives_every_pair_its_padded_log_likelihood(fresh_dynamo):
     """A model whose attention is flex attention takes the packed rows' block masks
     (`with_packed_masks(..., attn_implementation="flex_attention")`) through its mask functions, and each
-    pair's log-likelihood is the one it has alone in a padded batch under SDPA. Blocks that the masks list
-    as skipped hold no pair's keys, so skipping them changes nothing. Dynamo's eager backend runs flex
-    attention's reference kernel, which a CPU can run without Inductor's flex kernels."""
+    pair's log-likelihood is the one it has alone in a padded batch under SDPA. Dynamo's eager backend runs
+    flex attention's reference kernel, which a CPU can run without Inductor's flex kernels; it reads the
+    mask function, not the block lists, so the lists are checked apart: every key a real query may attend
+    to lies in a listed block."""
     model = tiny_model(vocab_size=VOCAB, pad_token_id=PAD, **NO_DROPOUT).eval()
     pairs = random_pairs(30, seed=1)
     packed = pack_pairs(pairs, 2, 512, 512, PAD, model.config.decoder_start_token_id)
     inputs = with_packed_masks(packed.segment_inputs(), attn_implementation="flex_attention")
     assert {type(inputs[key]).__name__ for key in MASK_KEYS} == {"BlockMask"}
-    for key in MASK_KEYS:  # rows of 4 blocks of 128: the blocks of other pairs and of padding skipped
-        blocks = inputs[key].to_dense()
+    dense = packed_attention_masks(packed.source_segments, packed.target_segments)
+    real_queries = (packed.source_segments, packed.target_segments, packed.target_segments)
+    for key, additive, queries in zip(MASK_KEYS, dense, real_queries, strict=True):
+        blocks = inputs[key].to_dense()  # rows of 4 blocks of 128: other pairs' blocks and padding's skipped
         assert 0 < blocks.sum() <= blocks.numel() / 4, key
+        # Every key a real query may attend to lies in a block the mask lists: skipping the rest loses none.
+        listed = blocks.repeat_interleave(128, -2).repeat_interleave(128, -1)[..., : additive.shape[-2], :]
+        allowed = (additive == 0) & (queries != PADDING_SEGMENT)[:, None, :, None]
+        assert allowed.sum() > 0 and not (allowed & (listed[..., : additive.shape[-1]] == 0)).any(), key
     model.set_attn_implementation("flex_attention")
     with torch.no_grad():
         logits = torch.compile(model, backend="eager", fullgraph=True)(**inputs).logits
@@ -437,6 +444,20 @@ def test_a_packed_run_trains_on_batches_of_one_shape(attention, tmp_path, monkey
     (checkpoint,) = out.glob("checkpoint-*")
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     assert all(math.isfinite(entry["loss"]) for entry in state["log_history"] if "loss" in entry)
+
+
+def test_flex_attention_with_attention_dropout_is_refused_where_it_would_train(monkeypatch, capsys):
+    """On a GPU (here as `torch.cuda.is_available` says), flex attention with the cpu preset's attention
+    dropout would fail at the first step in transformers' flex attention: refused in one line first."""
+    from hf_vanilla_transformer.commands import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    flags = ["--preset", "cpu", "--model-override", "attn_implementation=flex_attention"]
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--output-dir", "out", *flags])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "attention_dropout=0.1" in error[0] and "attention_dropout=0," in error[0]
 
 
 @pytest.mark.parametrize(

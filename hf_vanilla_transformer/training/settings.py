@@ -227,14 +227,21 @@ class TrainingSettings(RecipeOverrides):
         from .. import VanillaTransformerConfig
 
         try:
-            VanillaTransformerConfig.from_preset(recipe.model_preset, **recipe.model_overrides)
+            config = VanillaTransformerConfig.from_preset(recipe.model_preset, **recipe.model_overrides)
         except (ValueError, TypeError) as error:
             raise ValueError(f"--model-override: {error}") from None
-        attention = recipe.model_overrides.get("attn_implementation")
-        if attention == "flex_attention" and not torch.cuda.is_available():
+        if config._attn_implementation != "flex_attention":
+            return
+        if not torch.cuda.is_available():
             raise ValueError(
                 "attn_implementation=flex_attention trains on a GPU only: torch's flex attention has no "
                 "backward pass on a CPU. Leave the override out here (SDPA attention), or train on CUDA."
+            )
+        if config.attention_dropout > 0:
+            raise ValueError(
+                "attn_implementation=flex_attention takes no attention dropout in training, and this run's "
+                f"model has attention_dropout={config.attention_dropout} (from its preset or an override): "
+                "add --model-override attention_dropout=0, or leave flex attention out."
             )
 
     def _check_packing(self, recipe: TrainingPreset) -> None:
