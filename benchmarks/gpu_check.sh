@@ -101,10 +101,12 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| CUDA
     # compiling it again would not fit the limit.
     step train_packed 150 "$PYTHON" benchmarks/bench_packing.py --speed --compile --compiled packed \
         --device cuda --bf16 --size base --data "$WMT14_DIR" --output "$OUT/train_packed.json"
-    # The same packed batches with flex attention and its block masks, which skip the blocks of a row where
-    # no pair meets another, against the dense masks above (eager: transformers compiles flex attention).
+    # The same pairs packed into rows of 1024 tokens with flex attention and its block masks, which skip
+    # the blocks of a row where no pair meets another (about 28% of the blocks computed on these lengths,
+    # RESULTS.md), against padded batches; eager (transformers compiles flex attention itself).
     step train_packed_flex 120 "$PYTHON" benchmarks/bench_packing.py --speed --packed-attention flex_attention \
-        --device cuda --bf16 --size base --data "$WMT14_DIR" --output "$OUT/train_packed_flex.json"
+        --packed-row-length 1024 --device cuda --bf16 --size base --data "$WMT14_DIR" \
+        --output "$OUT/train_packed_flex.json"
     # The packed compiled step replayed as CUDA graphs (torch.compile's reduce-overhead mode), against
     # train_packed's compiled step without them.
     step train_packed_graphs 150 "$PYTHON" benchmarks/bench_packing.py --speed --compile --compiled packed \
