@@ -71,15 +71,19 @@ def per_pair_log_likelihoods(model, pairs, rows: int, length: int, dtype=torch.f
     packed = pack_pairs(pairs, rows, length, length, PAD, model.config.decoder_start_token_id)
     inputs = packed.model_inputs(dtype)
     with torch.no_grad():
-        tokens = token_log_likelihoods(model(**inputs).logits, inputs["labels"]).double()
+        tokens = token_log_likelihoods(model(**inputs).logits, inputs["labels"])
         padded_tokens = token_log_likelihoods(
             model(**padded_batch(pairs)).logits, padded_batch(pairs)["labels"]
         )
+    return summed_per_pair(tokens, packed, len(pairs)), padded_tokens.double().sum(-1)
+
+
+def summed_per_pair(tokens: torch.Tensor, packed, pairs: int) -> torch.Tensor:
+    """The packed target tokens' values summed per pair, in float64, the padding left out."""
     real = packed.target_segments != PADDING_SEGMENT
-    per_pair = torch.zeros(len(pairs), dtype=torch.float64).index_add_(
-        0, packed.target_segments[real], tokens[real]
+    return torch.zeros(pairs, dtype=torch.float64).index_add_(
+        0, packed.target_segments[real], tokens[real].double()
     )
-    return per_pair, padded_tokens.double().sum(-1)
 
 
 def test_pairs_lie_end_to_end_with_their_own_positions():
@@ -181,11 +185,7 @@ def test_flex_attention_with_block_masks_gives_every_pair_its_padded_log_likelih
     model.set_attn_implementation("sdpa")
     with torch.no_grad():
         padded = token_log_likelihoods(model(**padded_batch(pairs)).logits, padded_batch(pairs)["labels"])
-    tokens = token_log_likelihoods(logits, inputs["labels"]).double()
-    real = packed.target_segments != PADDING_SEGMENT
-    per_pair = torch.zeros(len(pairs), dtype=torch.float64).index_add_(
-        0, packed.target_segments[real], tokens[real]
-    )
+    per_pair = summed_per_pair(token_log_likelihoods(logits, inputs["labels"]), packed, len(pairs))
     torch.testing.assert_close(per_pair, padded.double().sum(-1), rtol=1e-5, atol=1e-5)
 
 
