@@ -39,12 +39,13 @@ setup() {
             -c constraints.txt -e ".$extras" "torch==$TORCH_VERSION"
     fi
     # Bytecode for the installed modules on every core (pip would compile them one at a time, uv not at all),
-    # but for the packages' own test folders, which nothing imports. Like pip, compileall skips modules
-    # written for newer Pythons (torch ships a few).
+    # but for the packages' own test folders, which nothing imports, and for transformers' hundreds of model
+    # folders, of which a run imports a few. Like pip, compileall skips modules written for newer Pythons
+    # (torch ships a few).
     local site_packages
     site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    "$VENV/bin/python" -m compileall -q -j 0 -x '/site-packages/[^/]+/(.*/)?tests?/' "$site_packages" \
-        > /dev/null || true
+    "$VENV/bin/python" -m compileall -q -j 0 -x '/site-packages/([^/]+/(.*/)?tests?|transformers/models)/' \
+        "$site_packages" > /dev/null || true
     echo "$inputs" > "$stamp"
 }
 
