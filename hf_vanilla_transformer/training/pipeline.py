@@ -530,7 +530,11 @@ def _leave_process_group(state: PartialState, trainer: Seq2SeqTrainer) -> None:
     of a finished gather waits for the GIL, so the process hangs at exit. The wrapper is therefore released
     while the group is still registered, and the group itself only after a barrier, which lets gloo's threads
     finish the last gather first.
+
+    A run without a process group has none to leave, and skips the garbage collections.
     """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
     trainer.accelerator.free_memory()
     trainer.model_wrapped = trainer.model
     gc.collect()
