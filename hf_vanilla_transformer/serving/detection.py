@@ -9,6 +9,7 @@ carries the same model in slower code. py3langid comes with the `serve` extra; w
 answers 501.
 """
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,15 @@ def detection_installed() -> bool:
     return importlib.util.find_spec("py3langid") is not None
 
 
+@functools.cache
+def _identifier() -> Any:
+    """py3langid's model, loaded once a process (0.8 s of decompressing it on a 2-core CPU) and shared by
+    its apps: ranking a text reads the model and changes nothing in it."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
 @dataclass
 class LanguageDetector:
     """py3langid's identifier with probabilities normalized over its languages."""
@@ -33,9 +43,7 @@ class LanguageDetector:
         """The detector, or None where py3langid is not installed."""
         if not detection_installed():
             return None
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-        return cls(LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True))
+        return cls(_identifier())
 
     def ranked(self, text: str) -> list[dict]:
         """The `CANDIDATES` likeliest languages of `text`, best first, in LibreTranslate's shape:
