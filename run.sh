@@ -16,7 +16,7 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 
 setup() {
-    local extras=$1
+    local extras=$1 bytecode=${2:-}
     # What the environment was installed from; when none of it changed since, there is nothing to do.
     local stamp="$VENV/.run-sh-installed" inputs
     inputs="torch==$TORCH_VERSION ${TORCH_INDEX_URL} .$extras $(cat pyproject.toml constraints.txt | sha256sum)"
@@ -32,20 +32,24 @@ setup() {
     # no pip configuration, so where it cannot reach an index (a mirror set up for pip alone, say) pip does
     # the same install. torch is named again so that neither replaces the build installed above.
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt uv
-    if ! UV_LINK_MODE=copy "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
+    if ! "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" \
         -c constraints.txt -e ".$extras" "torch==$TORCH_VERSION"; then
         echo "uv could not install the package; installing it with pip" >&2
         "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
             -c constraints.txt -e ".$extras" "torch==$TORCH_VERSION"
     fi
-    # Bytecode for the installed modules on every core (pip would compile them one at a time, uv not at all),
-    # but for the packages' own test folders, which nothing imports, and for transformers' hundreds of model
-    # folders, of which a run imports a few. Like pip, compileall skips modules written for newer Pythons
-    # (torch ships a few).
-    local site_packages
-    site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    "$VENV/bin/python" -m compileall -q -j 0 -x '/site-packages/([^/]+/(.*/)?tests?|transformers/models)/' \
-        "$site_packages" > /dev/null || true
+    # `compile`: bytecode for the installed modules on every core (pip would compile them one at a time, uv not
+    # at all), so that a command's first start does not compile what it imports, even where
+    # PYTHONDONTWRITEBYTECODE keeps it from saving that work. Not for the packages' own test folders, which
+    # nothing imports, nor for transformers' hundreds of model folders, of which a run imports a few. Like
+    # pip, compileall skips modules written for newer Pythons (torch ships a few). The tests' environment is
+    # not compiled: its processes write the bytecode of what they import (see `test`).
+    if [ "$bytecode" = compile ]; then
+        local site_packages
+        site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        "$VENV/bin/python" -m compileall -q -j 0 \
+            -x '/site-packages/([^/]+/(.*/)?tests?|transformers/models)/' "$site_packages" > /dev/null || true
+    fi
     echo "$inputs" > "$stamp"
 }
 
@@ -54,19 +58,21 @@ export TOKENIZERS_PARALLELISM=false
 
 case "${1:-}" in
     demo)
-        setup ""
+        setup "" compile
         shift
         "$VENV/bin/vanilla-transformer" train --preset cpu-demo --output-dir "${DEMO_DIR:-runs/demo}" "$@"
         ;;
     test)
         setup "[test]"
         shift
-        # A test file's tests share one worker, and with them the models its fixtures train once.
-        "$VENV/bin/python" -m pytest -q -n auto --dist loadfile "$@"
+        # A test file's tests share one worker, and with them the models its fixtures train once. The suite
+        # starts hundreds of interpreters: the first to import a module writes its bytecode for the rest,
+        # whatever PYTHONDONTWRITEBYTECODE says (compiling all of site-packages beforehand took longer).
+        env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -m pytest -q -n auto --dist loadfile "$@"
         ;;
     install)
         # The environment alone: `install` the demo's, `install test` the tests'.
-        setup "${2:+[$2]}"
+        if [ "${2:-}" = test ]; then setup "[test]"; else setup "${2:+[$2]}" compile; fi
         ;;
     *)
         echo "usage: bash run.sh demo|test [extra arguments] | install [test]" >&2
