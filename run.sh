@@ -38,17 +38,18 @@ setup() {
         "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
             -c constraints.txt -e ".$extras" "torch==$TORCH_VERSION"
     fi
-    # `compile`: bytecode for the installed modules on every core (pip would compile them one at a time, uv not
-    # at all), so that a command's first start does not compile what it imports, even where
+    # `compile`: bytecode for the installed modules on every core (pip would compile them one at a time, uv
+    # not at all), so that a command's first start does not compile what it imports, even where
     # PYTHONDONTWRITEBYTECODE keeps it from saving that work. Not for the packages' own test folders, which
-    # nothing imports, nor for transformers' hundreds of model folders, of which a run imports a few. Like
-    # pip, compileall skips modules written for newer Pythons (torch ships a few). The tests' environment is
-    # not compiled: its processes write the bytecode of what they import (see `test`).
+    # nothing imports, nor for transformers' hundreds of model folders but `auto`, of which a run imports a
+    # few. Like pip, compileall skips modules written for newer Pythons (torch ships a few). The tests'
+    # environment is not compiled: its processes write the bytecode of what they import (see `test`).
     if [ "$bytecode" = compile ]; then
         local site_packages
         site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         "$VENV/bin/python" -m compileall -q -j 0 \
-            -x '/site-packages/([^/]+/(.*/)?tests?|transformers/models)/' "$site_packages" > /dev/null || true
+            -x '/site-packages/([^/]+/(.*/)?tests?|transformers/models/(?!auto/)[^/]+)/' "$site_packages" \
+            > /dev/null || true
     fi
     echo "$inputs" > "$stamp"
 }

@@ -33,8 +33,6 @@ from test_export import train_reverse_model
 
 pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
-import plain_http  # noqa: E402
-
 pytest.importorskip("uvicorn", reason="not installed (pip install -e '.[serve]')")
 
 from hf_vanilla_transformer import serving  # noqa: E402
@@ -128,7 +126,7 @@ def wait_until_up(url: str, process: subprocess.Popen | None = None, timeout: fl
         if process is not None and process.poll() is not None:
             raise AssertionError(f"the server exited: {process.stderr.read()}")
         try:
-            if plain_http.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             time.sleep(0.1)
@@ -211,9 +209,9 @@ def post(
 ) -> httpx.Response:
     headers = {**({"X-API-Key": key} if key else {}), **(headers or {})}
     if isinstance(body, dict):
-        response = plain_http.post(f"{url}{path}", json=body, headers=headers, timeout=60, **kwargs)
+        response = httpx.post(f"{url}{path}", json=body, headers=headers, timeout=60, **kwargs)
     else:
-        response = plain_http.post(f"{url}{path}", content=body, headers=headers, timeout=60, **kwargs)
+        response = httpx.post(f"{url}{path}", content=body, headers=headers, timeout=60, **kwargs)
     check_error_shape(response.status_code, response.content, f"POST {path}")
     return response
 
@@ -278,7 +276,7 @@ class InProcessServer:
         self.translator.gate.clear()
 
     def stats(self) -> dict:
-        return plain_http.get(f"{self.url}/v1/stats", timeout=10).json()
+        return httpx.get(f"{self.url}/v1/stats", timeout=10).json()
 
 
 def in_process(
@@ -336,18 +334,18 @@ def test_libretranslate_translates_each_line_sentence_by_sentence_as_argos_trans
 def test_libretranslate_form_fields_and_api_key_field(server: str, translator: Translator) -> None:
     """LibreTranslate's own Python client posts form fields, with the key as the api_key field."""
     form = {"q": "w8 w9", "source": "en", "target": "de", "api_key": KEY}
-    response = plain_http.post(f"{server}/translate", data=form, timeout=60)
+    response = httpx.post(f"{server}/translate", data=form, timeout=60)
     assert response.status_code == 200, response.text
     assert response.json()["translatedText"] == alone(translator, "w8 w9")[0].text
 
 
 def test_languages_and_health(server: str) -> None:
-    languages = plain_http.get(f"{server}/languages", timeout=10).json()
+    languages = httpx.get(f"{server}/languages", timeout=10).json()
     assert {"code": "en", "name": "en", "targets": ["de"]} in languages
-    assert plain_http.get(f"{server}/health", timeout=10).json()["status"] == "ok"
-    docs = plain_http.get(f"{server}/openapi.json", timeout=10).json()
+    assert httpx.get(f"{server}/health", timeout=10).json()["status"] == "ok"
+    docs = httpx.get(f"{server}/openapi.json", timeout=10).json()
     assert {"/translate", "/v1/translate", "/health", "/languages"} <= set(docs["paths"])
-    assert plain_http.get(f"{server}/docs", timeout=10).status_code == 200
+    assert httpx.get(f"{server}/docs", timeout=10).status_code == 200
 
 
 # The native API
@@ -407,12 +405,12 @@ def test_a_text_with_nothing_to_translate_gets_an_empty_translation_as_white_spa
 
 def test_head_is_answered_wherever_get_is(translator: Translator) -> None:
     with in_process(translator) as server:
-        schema = plain_http.get(f"{server.url}/openapi.json", timeout=10).json()
+        schema = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
         paths = [path for path, methods in schema["paths"].items() if "get" in methods and "{" not in path]
         paths += ["/", "/docs", "/openapi.json", "/static/index.html", "/download_file/none", "/translate"]
         assert {"/health", "/languages", "/v1/info"} <= set(paths)
         for path in paths:
-            got = plain_http.get(f"{server.url}{path}", timeout=10)
+            got = httpx.get(f"{server.url}{path}", timeout=10)
             head = httpx.head(f"{server.url}{path}", timeout=10)
             assert head.status_code == got.status_code != 405 or path == "/translate", path
             assert head.headers.get("content-type") == got.headers.get("content-type"), path
@@ -510,7 +508,7 @@ def test_a_file_or_a_query_string_that_is_not_utf8_is_refused(server: str) -> No
     # A surrogate's UTF-8 bytes (ED A0 80) are not UTF-8 text, in a file as in a URL.
     files = {"file": ("notes.txt", b"w1 w2\n\xed\xa0\x80\n")}
     fields = {"source": "en", "target": "de"}
-    response = plain_http.post(
+    response = httpx.post(
         f"{server}/translate_file", data=fields, files=files, headers={"X-API-Key": KEY}, timeout=60
     )
     check_error_shape(response.status_code, response.content, "POST /translate_file")
@@ -524,7 +522,7 @@ def test_libretranslate_ignores_fields_it_does_not_know_and_no_field_names_a_fil
 ) -> None:
     body = {"q": "w8 w9", "source": "en", "target": "de", "model": "/etc/passwd", "path": "/"}
     assert post(server, "/translate", body).json()["translatedText"] == alone(translator, "w8 w9")[0].text
-    paths = plain_http.get(f"{server}/openapi.json", timeout=10).json()["paths"]
+    paths = httpx.get(f"{server}/openapi.json", timeout=10).json()["paths"]
     schemas = [
         schema
         for route in ("/translate", "/v1/translate")
@@ -561,10 +559,8 @@ def test_api_keys_401_when_missing_403_when_wrong(server: str) -> None:
     assert post(server, "/translate", body, key="wrong").status_code == 403
     assert post(server, "/translate", {**body, "api_key": "wrong"}, key=None).status_code == 403
     bearer = {"Authorization": "Bearer another-key"}
-    assert plain_http.post(f"{server}/translate", json=body, headers=bearer, timeout=60).status_code == 200
-    assert (
-        plain_http.get(f"{server}/health", timeout=10).status_code == 200
-    )  # no key needed to ask if it runs
+    assert httpx.post(f"{server}/translate", json=body, headers=bearer, timeout=60).status_code == 200
+    assert httpx.get(f"{server}/health", timeout=10).status_code == 200  # no key needed to ask if it runs
 
 
 class Clock:
@@ -635,7 +631,7 @@ def test_a_client_over_its_request_rate_is_answered_429_with_retry_after(transla
         assert refused.status_code == 429 and refused.json()["limit"] == "req_limit"
         assert refused.json()["value"] == 2 and 1 <= int(refused.headers["Retry-After"]) <= 30
         assert post(server.url, "/detect", {"q": "w1"}).status_code == 429  # detection counts too
-        assert plain_http.get(f"{server.url}/languages", timeout=10).status_code == 200  # reading is free
+        assert httpx.get(f"{server.url}/languages", timeout=10).status_code == 200  # reading is free
         # Another address of this machine is another client.
         other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=60)
         with other:
@@ -644,7 +640,7 @@ def test_a_client_over_its_request_rate_is_answered_429_with_retry_after(transla
             answer.status_code == 200
             and answer.json()["translatedText"] == alone(translator, "w1 w2")[0].text
         )
-        info = plain_http.get(f"{server.url}/v1/info", timeout=10).json()
+        info = httpx.get(f"{server.url}/v1/info", timeout=10).json()
         assert info["limits"]["requests_per_minute"] == 2
 
 
@@ -761,7 +757,7 @@ def test_concurrent_requests_are_batched_together_and_each_gets_its_own_answer(
                 pool.submit(post, server.url, "/translate", {"q": text, "source": "en", "target": "de"})
                 for text in SENTENCES
             ]
-            wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == len(SENTENCES))
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == len(SENTENCES))
             server.translator.gate.set()
             texts = [answer.result().json()["translatedText"] for answer in answers]
         assert first.result().json()["translatedText"] == alone(translator, "w0")[0].text
@@ -784,7 +780,7 @@ def test_a_batch_mixing_alternatives_and_alignments_slices_each_answer(translato
             first = pool.submit(post, server.url, "/v1/translate", {"q": "w0"})
             assert server.translator.started.wait(30)
             answers = [pool.submit(post, server.url, "/v1/translate", body) for body in requests]
-            wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == len(requests))
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == len(requests))
             server.translator.gate.set()
             results = [answer.result().json()["results"] for answer in answers]
             first.result()
@@ -812,7 +808,7 @@ def test_batches_keep_to_the_token_budget(translator: Translator) -> None:
                 pool.submit(post, server.url, "/translate", {"q": text, "source": "en", "target": "de"})
                 for text in SENTENCES
             ]
-            wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == len(SENTENCES))
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == len(SENTENCES))
             server.translator.gate.set()
             texts = [answer.result().json()["translatedText"] for answer in answers]
         assert texts == [alone(translator, text)[0].text for text in SENTENCES]
@@ -829,7 +825,7 @@ def beside_a_long_request(server: InProcessServer, translator: Translator, body:
         long = pool.submit(post, server.url, "/v1/translate", body)
         assert server.translator.started.wait(30)  # the long request's first batch decodes, held at the gate
         short = pool.submit(post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"})
-        wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == 2)
+        wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
         server.translator.gate.set()
         assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
         return long.result().json()["results"][0]["translations"]
@@ -899,11 +895,11 @@ def test_requests_whose_pieces_fill_every_batch_take_turns_and_a_new_one_goes_fi
             longs = []
             for count, text in enumerate(texts, start=1):
                 longs.append(pool.submit(post, server.url, "/v1/translate", {"q": text}))
-                wait_for(lambda count=count: plain_http.get(f"{server.url}/health").json()["queued"] == count)
+                wait_for(lambda count=count: httpx.get(f"{server.url}/health").json()["queued"] == count)
             short = pool.submit(
                 post, server.url, "/translate", {"q": "w5 w6", "source": "en", "target": "de"}
             )
-            wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == 4)
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 4)
             server.translator.gate.set()
             assert short.result().json()["translatedText"] == alone(translator, "w5 w6")[0].text
             for answer in longs:
@@ -922,7 +918,7 @@ def test_a_paragraph_whose_client_leaves_stops_at_the_next_batch(translator: Tra
         leaving = open_request(server.url, {"q": paragraph, "split_sentences": True}, "/v1/translate")
         assert server.translator.started.wait(30)
         leaving.close()
-        wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == 0)
+        wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 0)
         server.translator.gate.set()
         # The worker drops the request's other sentences once its first batch is done.
         wait_for(lambda: server.stats()["dropped_requests"] == 1)
@@ -949,10 +945,10 @@ def test_health_answers_during_a_long_batch_and_a_full_queue_is_503(translator: 
         with ThreadPoolExecutor(4) as pool:
             decoding = pool.submit(post, server.url, "/translate", body)
             assert server.translator.started.wait(30)
-            health = plain_http.get(f"{server.url}/health", timeout=5)
+            health = httpx.get(f"{server.url}/health", timeout=5)
             assert health.status_code == 200 and health.json()["decoding"] == 1
             queued = [pool.submit(post, server.url, "/translate", body) for _ in range(2)]
-            wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == 2)
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
             refused = post(server.url, "/translate", body)
             assert refused.status_code == 503
             assert int(refused.headers["Retry-After"]) >= 1 and "queue" in refused.json()["error"]
@@ -987,9 +983,9 @@ def test_clients_that_go_away_cost_the_others_nothing(translator: Translator) ->
             # A request whose client hangs up while it waits for the next batch is dropped unseen.
             waiting = open_request(server.url, body("w7 w8"))
             after = pool.submit(post, server.url, "/translate", body("w9 w10"))
-            wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == 2)
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 2)
             waiting.close()
-            wait_for(lambda: plain_http.get(f"{server.url}/health").json()["queued"] == 1)
+            wait_for(lambda: httpx.get(f"{server.url}/health").json()["queued"] == 1)
             server.translator.gate.set()
             assert staying.result().json()["translatedText"] == alone(translator, "w3 w4")[0].text
             assert after.result().json()["translatedText"] == alone(translator, "w9 w10")[0].text
@@ -1008,7 +1004,7 @@ def test_sigterm_answers_the_request_in_flight_then_stops(model_dir: Path, trans
         answer = pool.submit(
             post, url, "/translate", {"q": SENTENCES[1], "source": "en", "target": "de"}, None
         )
-        wait_for(lambda: plain_http.get(f"{url}/health").json()["queued"] == 1)
+        wait_for(lambda: httpx.get(f"{url}/health").json()["queued"] == 1)
         process.send_signal(signal.SIGTERM)
         response = answer.result()
     _, stderr = process.communicate(timeout=60)
@@ -1017,7 +1013,7 @@ def test_sigterm_answers_the_request_in_flight_then_stops(model_dir: Path, trans
     assert response.status_code == 200
     assert response.json()["translatedText"] == alone(translator, SENTENCES[1])[0].text
     with pytest.raises(httpx.TransportError):
-        plain_http.get(f"{url}/health", timeout=5)
+        httpx.get(f"{url}/health", timeout=5)
 
 
 # The curl examples of docs/serve.md

@@ -32,8 +32,6 @@ from test_serve import (  # noqa: F401 (the fixtures: every_error_has_one_shape 
 )
 
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
-import plain_http  # noqa: E402
-
 pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
 libretranslatepy = pytest.importorskip("libretranslatepy", reason="not installed (pip install -e '.[test]')")
 deep_translator = pytest.importorskip("deep_translator", reason="not installed (pip install -e '.[test]')")
@@ -136,9 +134,7 @@ def test_documented_examples(server: tuple[str, str | None], translator: Transla
     headers = {"Content-Type": "application/json"}
 
     def send(path: str, body: dict) -> httpx.Response:
-        return checked(
-            plain_http.post(f"{url}{path}", content=json.dumps({**body, **extra}), headers=headers)
-        )
+        return checked(httpx.post(f"{url}{path}", content=json.dumps({**body, **extra}), headers=headers))
 
     simple = send("/translate", {"q": "w1 w2 w3", "source": "en", "target": "de"}).json()
     assert simple == {"translatedText": alone(translator, "w1 w2 w3")[0].text, "alternatives": []}
@@ -180,10 +176,10 @@ def test_parameters_from_the_query_string_a_form_a_multipart_form_or_json(
             "data": {k: v for k, v in fields.items() if k != "q"},
         },
     }[where]
-    response = checked(plain_http.post(f"{url}/translate", timeout=60, **sent))
+    response = checked(httpx.post(f"{url}/translate", timeout=60, **sent))
     assert response.status_code == 200, response.text
     assert response.json()["translatedText"] == alone(translator, "w2 w3 w4")[0].text
-    native = checked(plain_http.post(f"{url}/v1/translate", timeout=60, params={**fields, "q": "w6 w7"}))
+    native = checked(httpx.post(f"{url}/v1/translate", timeout=60, params={**fields, "q": "w6 w7"}))
     assert native.json()["results"][0]["translations"][0]["text"] == alone(translator, "w6 w7")[0].text
 
 
@@ -193,7 +189,7 @@ def test_a_form_text_counts_its_line_ends_as_one_character(translator: Translato
     text = "w1 w2\nw3 w4\n" * 20
     with in_process(translator, limits=_limits(len(text))) as running:
         response = checked(
-            plain_http.post(
+            httpx.post(
                 f"{running.url}/translate",
                 data={"q": text.replace("\n", "\r\n"), "source": "en", "target": "de"},
                 timeout=60,
@@ -224,7 +220,7 @@ def test_texts_within_the_character_limit_pass_whatever_their_bytes(
         for count, status in ((5000, 200), (5001, 413)):
             fields = {"q": character * count, "source": "en", "target": "de"}
             sent = {"json": {"json": fields}, "form": {"data": fields}, "query": {"params": fields}}[where]
-            response = checked(plain_http.post(f"{running.url}/translate", timeout=120, **sent))
+            response = checked(httpx.post(f"{running.url}/translate", timeout=120, **sent))
             assert response.status_code == status, response.text[:300]
             if status == 413:
                 assert response.json()["limit"] == "max_characters"
@@ -237,10 +233,10 @@ def test_detect_lists_the_likeliest_languages(server: tuple[str, str | None]) ->
     url, key = server
     fields = {"api_key": key} if key else {}
     for text in ("Der Hund spielt im Garten mit seinem Ball.", "Le chat dort sur le canapé depuis ce matin."):
-        answer = checked(plain_http.post(f"{url}/detect", data={"q": text, **fields}, timeout=60)).json()
+        answer = checked(httpx.post(f"{url}/detect", data={"q": text, **fields}, timeout=60)).json()
         assert answer == detected(text)
         assert answer[0]["language"] == py3langid.classify(text)[0]
-    empty = checked(plain_http.post(f"{url}/detect", data={"q": " ", **fields}, timeout=60))
+    empty = checked(httpx.post(f"{url}/detect", data={"q": " ", **fields}, timeout=60))
     assert empty.status_code == 400
 
 
@@ -252,12 +248,10 @@ def test_detect_without_py3langid_is_501(model_dir: Path, tmp_path: Path) -> Non
     environment = {**os.environ, "PYTHONPATH": str(tmp_path)}
     process, url = start_command(model_dir, env=environment)
     try:
-        response = checked(
-            plain_http.post(f"{url}/detect", json={"q": "Der Hund spielt im Garten."}, timeout=60)
-        )
+        response = checked(httpx.post(f"{url}/detect", json={"q": "Der Hund spielt im Garten."}, timeout=60))
         assert response.status_code == 501 and "py3langid" in response.json()["error"]
         translated = checked(
-            plain_http.post(f"{url}/translate", json={"q": "w1 w2", "source": "auto", "target": "de"})
+            httpx.post(f"{url}/translate", json={"q": "w1 w2", "source": "auto", "target": "de"})
         )
         assert translated.json()["detectedLanguage"] == {"confidence": 0.0, "language": "en"}
     finally:
@@ -273,19 +267,17 @@ def test_translate_file_returns_a_url_to_the_translated_file(
     content = ("\n".join(lines) + "\n").encode()
     fields = {"source": "en", "target": "de", **({"api_key": key} if key else {})}
     response = checked(
-        plain_http.post(
-            f"{url}/translate_file", data=fields, files={"file": ("notes.txt", content)}, timeout=60
-        )
+        httpx.post(f"{url}/translate_file", data=fields, files={"file": ("notes.txt", content)}, timeout=60)
     )
     assert response.status_code == 200, response.text
     link = response.json()["translatedFileUrl"]
     assert link.startswith(f"{url}/download_file/")
-    download = checked(plain_http.get(link, timeout=60))
+    download = checked(httpx.get(link, timeout=60))
     assert download.status_code == 200
     assert 'filename="notes_de.txt"' in download.headers["content-disposition"]
     expected = [split_alone(translator, line) if line else "" for line in lines]
     assert download.text == "\n".join(expected) + "\n"
-    missing = checked(plain_http.get(f"{url}/download_file/0000.notes_de.txt", timeout=60))
+    missing = checked(httpx.get(f"{url}/download_file/0000.notes_de.txt", timeout=60))
     assert missing.status_code == 404
 
 
@@ -299,7 +291,7 @@ def test_translate_file_refuses_what_it_cannot_translate(
     with in_process(translator) as running:
         files = {"file": (name, content)} if name else {"other": ("x.txt", b"w1")}
         response = checked(
-            plain_http.post(
+            httpx.post(
                 f"{running.url}/translate_file",
                 data={"source": "en", "target": "de"},
                 files=files,
@@ -311,7 +303,7 @@ def test_translate_file_refuses_what_it_cannot_translate(
 
 def test_frontend_settings_has_the_fields_libretranslates_page_reads(server: tuple[str, str | None]) -> None:
     url, key = server
-    settings = checked(plain_http.get(f"{url}/frontend/settings", timeout=60)).json()
+    settings = checked(httpx.get(f"{url}/frontend/settings", timeout=60)).json()
     assert settings["charLimit"] == 5000 and settings["frontendTimeout"] > 0
     assert settings["apiKeys"] is settings["keyRequired"] is (key is not None)
     assert settings["filesTranslation"] is True and settings["supportedFilesFormat"] == [".txt"]
@@ -326,19 +318,15 @@ def test_the_command_takes_libretranslates_limit_flags(model_dir: Path) -> None:
     """Through `main`, in this process: the flags reach the server the command runs."""
     limits = ["--char-limit", "20", "--batch-limit", "2", "--req-limit", "3"]
     with command_in_process(model_dir, *limits) as url:
-        over = checked(
-            plain_http.post(f"{url}/translate", json={"q": "w1 " * 10, "source": "en", "target": "de"})
-        )
+        over = checked(httpx.post(f"{url}/translate", json={"q": "w1 " * 10, "source": "en", "target": "de"}))
         assert over.status_code == 413 and over.json()["limit"] == "max_characters"
-        many = checked(
-            plain_http.post(f"{url}/translate", json={"q": ["w1"] * 3, "source": "en", "target": "de"})
-        )
+        many = checked(httpx.post(f"{url}/translate", json={"q": ["w1"] * 3, "source": "en", "target": "de"}))
         assert many.status_code == 413 and many.json()["limit"] == "max_segments"
-        assert checked(plain_http.get(f"{url}/frontend/settings")).json()["charLimit"] == 20
+        assert checked(httpx.get(f"{url}/frontend/settings")).json()["charLimit"] == 20
         # Two requests of three this minute are spent above, refused or not.
         one = {"q": "w1", "source": "en", "target": "de"}
-        assert checked(plain_http.post(f"{url}/translate", json=one)).status_code == 200
-        over_rate = checked(plain_http.post(f"{url}/translate", json=one))
+        assert checked(httpx.post(f"{url}/translate", json=one)).status_code == 200
+        over_rate = checked(httpx.post(f"{url}/translate", json=one))
         assert over_rate.status_code == 429 and over_rate.json()["limit"] == "req_limit"
         assert 10 <= int(over_rate.headers["Retry-After"]) <= 20  # 60 s / 3, less the time the four took
 
@@ -370,7 +358,7 @@ def test_cors_preflights_and_answers(translator: Translator) -> None:
         allowed = {h.strip() for h in preflight.headers["access-control-allow-headers"].split(",")}
         assert {"content-type", "x-api-key"} <= allowed
         answer = checked(
-            plain_http.post(
+            httpx.post(
                 f"{running.url}/translate",
                 json={"q": "w1 w2", "source": "en", "target": "de"},
                 headers={"Origin": origin},

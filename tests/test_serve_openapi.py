@@ -16,7 +16,6 @@ from test_serve import command_in_process, model_dir_fixture  # noqa: F401 (the 
 
 pytest.importorskip("schemathesis", reason="not installed (pip install -e '.[test]')")
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
-import plain_http  # noqa: E402
 
 # Test cases an operation gets at most in a phase, and the seconds the whole run may take.
 MAX_EXAMPLES = 30
@@ -34,7 +33,7 @@ def served(model_dir: Path) -> Iterator[str]:
 
 
 def test_the_openapi_description_declares_every_error_and_the_models_languages(served: str) -> None:
-    description = plain_http.get(f"{served}/openapi.json", timeout=30).json()
+    description = httpx.get(f"{served}/openapi.json", timeout=30).json()
     operations = [operation for path in description["paths"].values() for operation in path.values()]
     error = {"$ref": "#/components/schemas/Error"}
     for operation in operations:
@@ -42,7 +41,7 @@ def test_the_openapi_description_declares_every_error_and_the_models_languages(s
             if status.startswith(("4", "5")):
                 assert response["content"]["application/json"]["schema"] == error, operation["summary"]
     body = description["paths"]["/translate"]["post"]["requestBody"]["content"]["application/json"]
-    languages = plain_http.get(f"{served}/languages", timeout=30).json()
+    languages = httpx.get(f"{served}/languages", timeout=30).json()
     assert body["schema"]["properties"]["target"]["enum"] == languages[0]["targets"]
     assert body["schema"]["properties"]["source"]["enum"] == [languages[0]["code"], "auto"]
 

@@ -33,8 +33,6 @@ from test_serve import (  # noqa: F401 (the fixtures: every_error_has_one_shape 
 )
 
 httpx = pytest.importorskip("httpx", reason="not installed (pip install -e '.[test]')")
-import plain_http  # noqa: E402
-
 pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
 
 from hf_vanilla_transformer.inference.translator import Translator  # noqa: E402
@@ -191,11 +189,11 @@ def test_malformed_requests_are_400_in_json(server: str, request_bytes: bytes) -
 
 
 def test_unknown_endpoints_are_404_and_wrong_methods_405(server: str) -> None:
-    missing = plain_http.get(f"{server}/no-such-endpoint", timeout=PATIENCE_S)
+    missing = httpx.get(f"{server}/no-such-endpoint", timeout=PATIENCE_S)
     check_error_shape(missing.status_code, missing.content, "GET /no-such-endpoint")
     assert missing.status_code == 404 and "/docs" in missing.json()["error"]
     for method, path in (("GET", "/translate"), ("DELETE", "/detect"), ("POST", "/languages")):
-        wrong = plain_http.request(method, f"{server}{path}", timeout=PATIENCE_S)
+        wrong = httpx.request(method, f"{server}{path}", timeout=PATIENCE_S)
         check_error_shape(wrong.status_code, wrong.content, f"{method} {path}")
         assert wrong.status_code == 405 and wrong.headers["allow"] in wrong.json()["error"]
 
@@ -252,7 +250,7 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0_whatever_the_clients_
         answer = pool.submit(
             post, url, "/translate", {"q": SENTENCES[1], "source": "en", "target": "de"}, None
         )
-        wait_for(lambda: plain_http.get(f"{url}/health").json()["queued"] == 1)
+        wait_for(lambda: httpx.get(f"{url}/health").json()["queued"] == 1)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=PATIENCE_S)
         response = answer.result()
@@ -292,7 +290,7 @@ def test_a_second_signal_ends_the_server_at_once_while_a_long_translation_decode
         with ThreadPoolExecutor(1) as pool:
             body = {"q": " ".join(["w1"] * 1000), "source": "en", "target": "de"}
             answer = pool.submit(httpx.post, f"{url}/translate", json=body, timeout=PATIENCE_S)
-            wait_for(lambda: plain_http.get(f"{url}/health", timeout=PATIENCE_S).json()["decoding"] == 1)
+            wait_for(lambda: httpx.get(f"{url}/health", timeout=PATIENCE_S).json()["decoding"] == 1)
             process.send_signal(signal.SIGTERM)
             time.sleep(0.3)
             signalled = time.monotonic()
@@ -353,7 +351,7 @@ def test_connections_beyond_the_cap_are_answered_503_in_json(translator: Transla
         assert read_answer(held[0])[0] == 200
         held[0].close()
         wait_for(lambda: len(connections) == 2)
-        assert plain_http.get(f"{running.url}/health", timeout=PATIENCE_S).status_code == 200
+        assert httpx.get(f"{running.url}/health", timeout=PATIENCE_S).status_code == 200
         for connection in held[1:]:
             connection.close()
 
