@@ -16,7 +16,7 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 
 setup() {
-    local extras=$1 bytecode=${2:-}
+    local extras=$1
     # What the environment was installed from; when none of it changed since, there is nothing to do.
     local stamp="$VENV/.run-sh-installed" inputs
     inputs="torch==$TORCH_VERSION ${TORCH_INDEX_URL} .$extras $(cat pyproject.toml constraints.txt | sha256sum)"
@@ -38,13 +38,13 @@ setup() {
         "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
             -c constraints.txt -e ".$extras" "torch==$TORCH_VERSION"
     fi
-    # `compile`: bytecode for the installed modules on every core (pip would compile them one at a time, uv
-    # not at all), so that a command's first start does not compile what it imports, even where
+    # The demo's environment: bytecode for the installed modules on every core (pip would compile them one at
+    # a time, uv not at all), so that a command's first start does not compile what it imports, even where
     # PYTHONDONTWRITEBYTECODE keeps it from saving that work. Not for the packages' own test folders, which
     # nothing imports, nor for transformers' hundreds of model folders but `auto`, of which a run imports a
     # few. Like pip, compileall skips modules written for newer Pythons (torch ships a few). The tests'
     # environment is not compiled: its processes write the bytecode of what they import (see `test`).
-    if [ "$bytecode" = compile ]; then
+    if [ "$extras" != "[test]" ]; then
         local site_packages
         site_packages=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
         "$VENV/bin/python" -m compileall -q -j 0 \
@@ -59,7 +59,7 @@ export TOKENIZERS_PARALLELISM=false
 
 case "${1:-}" in
     demo)
-        setup "" compile
+        setup ""
         shift
         "$VENV/bin/vanilla-transformer" train --preset cpu-demo --output-dir "${DEMO_DIR:-runs/demo}" "$@"
         ;;
@@ -73,7 +73,7 @@ case "${1:-}" in
         ;;
     install)
         # The environment alone: `install` the demo's, `install test` the tests'.
-        if [ "${2:-}" = test ]; then setup "[test]"; else setup "${2:+[$2]}" compile; fi
+        setup "${2:+[$2]}"
         ;;
     *)
         echo "usage: bash run.sh demo|test [extra arguments] | install [test]" >&2
