@@ -53,6 +53,7 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
     compile_whole = read(folder, "compile_whole.json").get("modes", {})
     compiled = read(folder, "train_compile.json")
     presets = read(folder, "train_presets.json")
+    presets_compiled = read(folder, "train_presets_compiled.json")
     generate = read(folder, "generate.json")
     generate_static = read(folder, "generate_static.json")
     packed = packed_speed(folder)
@@ -62,7 +63,7 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
     shape = packed.get("data", {}).get("packed_shape", {})
     rows_of = f" (rows {shape['source_length']} / {shape['target_length']} tokens)" if shape else ""
     packed_eager = packed.get("packed_over_padded_eager")
-    # Paired rounds where the run compiled both; else against train_presets' compiled step, same batches.
+    # Paired rounds where the run compiled both; else against train_presets_compiled's step, same batches.
     packed_compiled_ratio = packed.get("packed_over_padded_compiled")
     flex = packed_speed(folder, "train_packed_flex.json")
     flex_over_padded = flex.get("packed_over_padded_eager")
@@ -76,10 +77,8 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
         value = modes.get(mode, {}).get(key)
         return f"{value:.1f} s" if value is not None else UNMEASURED
 
-    base_eager, base_compiled = (
-        train_row(presets, "presets", "base", "ours", mode).get("tokens_per_s")
-        for mode in ("bf16-eager", "bf16-compile")
-    )
+    base_eager = train_row(presets, "presets", "base", "ours", "bf16-eager").get("tokens_per_s")
+    base_compiled = train_row(presets_compiled, "presets", "base", "ours", "bf16-compile").get("tokens_per_s")
     eager_step = compile_.get("eager", {}).get("step_s")
     compiled_step = compile_.get("cold-regional", {}).get("step_s")
     step_ratio = ratio(eager_step, compiled_step)
@@ -192,7 +191,7 @@ def main() -> None:
     device = next(
         (
             machine
-            for name in ("train_compile.json", "generate.json", "train_packed.json")
+            for name in ("train_presets.json", "train_packed.json", "train_compile.json", "generate.json")
             if (machine := read(folder, name).get("machine", {}))
         ),
         {},

@@ -263,14 +263,23 @@ def test_profile_step_counts_both_models_kernels(tmp_path):
 
 def test_gpu_check_runs_the_chosen_steps_each_under_its_limit(tmp_path):
     """`gpu_check.sh` with STEPS runs those steps only, each under `timeout` with its own limit cut to the
-    budget left, and goes on past a step that fails (an interpreter that records its calls stands in)."""
+    budget left, and goes on past a step that fails (an interpreter that records its calls stands in); a
+    folder without the newstest files fails the check with the missing file named."""
     calls = tmp_path / "calls.txt"
     python = tmp_path / "python"
     python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *bench_generate*) exit 3;; esac\n')
     python.chmod(0o755)
-    env = {**ENV, "PYTHON": str(python), "OUT": str(tmp_path / "out"), "STEPS": "tests generate compile"}
+    data = tmp_path / "wmt14"
+    data.mkdir()
+    for name in ("newstest2013.en", "newstest2013.de", "newstest2014.en", "newstest2014.de"):
+        (data / name).write_text("a line\n")
+    env = {**ENV, "PYTHON": str(python), "OUT": str(tmp_path / "out"), "WMT14_DIR": str(data)}
     done = subprocess.run(
-        ["bash", str(SCRIPTS / "gpu_check.sh")], env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(SCRIPTS / "gpu_check.sh")],
+        env=env | {"STEPS": "tests generate compile"},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     ran = calls.read_text().splitlines()
     assert [line.split()[0] for line in ran[:3]] == [
@@ -282,3 +291,15 @@ def test_gpu_check_runs_the_chosen_steps_each_under_its_limit(tmp_path):
     assert re.search(r"=== compile: at \d+s, limit 270s", done.stdout), done.stdout
     assert "failed or skipped: generate (exit 3)" in done.stdout and done.returncode == 1
     assert (tmp_path / "out" / "gpu_check.log").read_text() == done.stdout
+
+    # Without the newstest files the steps that read them would measure nothing: the check says so and fails.
+    (data / "newstest2014.de").unlink()
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_check.sh")],
+        env=env | {"STEPS": "tests"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"{data}/newstest2014.de is missing" in done.stdout
+    assert f"failed or skipped: data ({data}/newstest2014.de missing)" in done.stdout and done.returncode == 1
