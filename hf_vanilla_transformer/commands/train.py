@@ -69,9 +69,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-# A preset's switches that apply only where they were measured to pay (`trainer.mixed_precision`,
-# `compilation.compiles_training_step`); the same flag given on the command line applies everywhere.
-_APPLIES_WHERE_IT_PAYS = {"bf16": "where the CPU or GPU computes bf16 natively", "compile": "on a CUDA GPU"}
+# A preset's switches that apply only where they were measured to pay (`trainer.mixed_precision`); the same
+# flag given on the command line applies everywhere.
+_APPLIES_WHERE_IT_PAYS = {"bf16": "where the CPU or GPU computes bf16 natively"}
 
 
 def preset_summary(name: str, preset: TrainingPreset) -> str:

@@ -91,17 +91,6 @@ def regional_compilation_pays(model: nn.Module) -> bool:
     return min(config.encoder_layers, config.decoder_layers) >= REGIONAL_FROM_LAYERS
 
 
-def compiles_training_step(requested: bool | None, preset_compiles: bool, on_gpu: bool) -> bool:
-    """Whether a run compiles its training step. An explicit --compile or --no-compile wins. A preset's
-    compile applies where compiling was measured to pay: on a CUDA GPU, where at base dimensions (bf16,
-    400 x 64-token steps) the compiled step trained 1.63x as many tokens a second as the eager one on an
-    H100, and not on a CPU, where the compiled step was slower than the eager one, whose CPU speed-ups do
-    not apply under compilation (benchmarks/RESULTS.md)."""
-    if requested is not None:
-        return requested
-    return preset_compiles and on_gpu
-
-
 def with_dynamic_batch_dimensions(inputs: dict[str, Any]) -> dict[str, Any]:
     """`inputs` with the pairs and tokens dimensions of the batch's tensors declared dynamic for
     torch.compile, so that the first compilation makes code for every batch shape instead of one shape per

@@ -24,7 +24,7 @@
 import gc
 import json
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from .backtranslation import (
     synthetic_special_tokens,
     with_synthetic_pairs,
 )
-from .compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss, compiles_training_step
+from .compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
 from .legacy import drop_legacy_label_smoothing, with_recorded_label_smoothing
@@ -140,9 +140,6 @@ def _start_run(settings: TrainingSettings) -> _Run:
         recipe,
         settings.label_smoothing is not None,
         checkpoint if checkpoint is not None else settings.init_from,
-    )
-    recipe = replace(
-        recipe, compile=compiles_training_step(settings.compile, recipe.compile, torch.cuda.is_available())
     )
     if checkpoint is not None:
         check_same_recipe(output_dir, _recipe_record(settings, recipe, state))

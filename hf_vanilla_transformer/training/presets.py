@@ -101,12 +101,14 @@ class TrainingPreset:
         check=positive_int,
         group=TRAINING,
     )
-    # A preset's compile applies on CUDA GPUs only, where it was measured to pay (`compiles_training_step`);
-    # an explicit --compile applies everywhere.
+    # Off in every preset. On a CPU the compiled step is slower than the eager one. On a GPU it was faster on
+    # fixed 400 x 64-token batches (1.63x on an H100), but on newstest-length batches its first compile
+    # gave no step in 190 s on an H200 and its speed is unmeasured (benchmarks/RESULTS.md).
     compile: bool = setting(
         False,
-        "compile the training step (forward and loss; each layer class once; any batch shape); "
-        "--no-compile: eager (default: the preset's, on a CUDA GPU)",
+        "compile the training step (forward and loss; each layer class once; any batch shape, or with "
+        "--packed-row-length the one shape); --no-compile: eager (default: off, its first compile's wait and "
+        "its speed on real batches on a GPU are not yet measured)",
         group=TRAINING,
     )
     max_minutes: float | None = setting(
@@ -136,7 +138,6 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
     # precision, activations and 12500 x 37000 logits, so it fits a 16 GB V100 or T4.
     "base": TrainingPreset(
         bf16=True,  # half precision where the GPU computes it fast
-        compile=True,  # on a CUDA GPU, where the compiled step is faster
     ),
     # Section 6.1. Twice base's width needs about 20 GB for the same 12500 tokens: on a 16-24 GB GPU pass
     # --max-tokens 6250 (the step stays 25000 through accumulation).
@@ -146,7 +147,6 @@ TRAINING_PRESETS: dict[str, TrainingPreset] = {
         keep_checkpoints=20,  # kept to be averaged
         average_checkpoints=20,  # Section 6.1: the last 20 checkpoints averaged
         bf16=True,  # half precision where the GPU computes it fast
-        compile=True,  # on a CUDA GPU, where the compiled step is faster
     ),
     # A 2-core CPU: about 55 minutes of training on a 2-core Zen 4 in bf16, 95 on a Zen 2 in float32.
     "cpu": TrainingPreset(
