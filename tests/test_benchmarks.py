@@ -274,13 +274,12 @@ def test_gpu_check_runs_the_chosen_steps_each_under_its_limit(tmp_path):
     for name in ("newstest2013.en", "newstest2013.de", "newstest2014.en", "newstest2014.de"):
         (data / name).write_text("a line\n")
     env = {**ENV, "PYTHON": str(python), "OUT": str(tmp_path / "out"), "WMT14_DIR": str(data)}
-    done = subprocess.run(
-        ["bash", str(SCRIPTS / "gpu_check.sh")],
-        env=env | {"STEPS": "tests generate compile"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+    def check(steps: str) -> subprocess.CompletedProcess:
+        script = ["bash", str(SCRIPTS / "gpu_check.sh")]
+        return subprocess.run(script, env=env | {"STEPS": steps}, capture_output=True, text=True, timeout=60)
+
+    done = check("tests generate compile")
     ran = calls.read_text().splitlines()
     assert [line.split()[0] for line in ran[:3]] == [
         "-m",
@@ -294,12 +293,6 @@ def test_gpu_check_runs_the_chosen_steps_each_under_its_limit(tmp_path):
 
     # Without the newstest files the steps that read them would measure nothing: the check says so and fails.
     (data / "newstest2014.de").unlink()
-    done = subprocess.run(
-        ["bash", str(SCRIPTS / "gpu_check.sh")],
-        env=env | {"STEPS": "tests"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = check("tests")
     assert f"{data}/newstest2014.de is missing" in done.stdout
     assert f"failed or skipped: data ({data}/newstest2014.de missing)" in done.stdout and done.returncode == 1
