@@ -767,6 +767,42 @@ def test_concurrent_requests_are_batched_together_and_each_gets_its_own_answer(
         assert [batch["requests"] for batch in stats["recent_batches"]] == [1, len(SENTENCES)]
 
 
+@pytest.mark.parametrize("scheduler", ["batch", "iteration"])
+def test_an_answer_goes_out_once_the_work_that_made_it_is_counted(
+    translator: Translator, monkeypatch: pytest.MonkeyPatch, scheduler: str
+) -> None:
+    """A client that reads /v1/stats after its answer finds the batch (or decoding step) that made the
+    answer counted: each scheduler records its work before it delivers what the work made."""
+    import asyncio
+
+    from hf_vanilla_transformer.serving import batcher as batcher_module
+    from hf_vanilla_transformer.serving.app import scheduler_for
+    from hf_vanilla_transformer.serving.batcher import Options
+
+    chosen = scheduler_for(translator, ServerSettings("en", "de", scheduler=scheduler))
+    counted_when_delivered = []
+    deliver = batcher_module.deliver
+
+    def counting_deliver(job, result=None, error=None) -> None:
+        counted_when_delivered.append(chosen.stats_dict()["segments"])
+        deliver(job, result=result, error=error)
+
+    monkeypatch.setattr(batcher_module, "deliver", counting_deliver)
+
+    texts = ["w1 w2 w3", "w4 w5"]
+
+    async def ask() -> list:
+        return await chosen.submit(texts, [4, 3], Options()).future
+
+    chosen.start()
+    try:
+        translations = asyncio.run(asyncio.wait_for(ask(), 60))
+    finally:
+        chosen.close()
+    assert [t.text for t in translations] == [alone(translator, text)[0].text for text in texts]
+    assert counted_when_delivered == [2]
+
+
 def test_a_batch_mixing_alternatives_and_alignments_slices_each_answer(translator: Translator) -> None:
     """One batch decodes with the most hypotheses any request asks for; each gets what it asked for."""
     requests = [

@@ -147,10 +147,27 @@ class Scheduler:
         self._queue: deque[Job] = deque()  # requests with segments not yet decoding, oldest first
         self._condition = threading.Condition()
         self._closing = False
+        # Answers made and not yet delivered (`_answer`): the worker thread's alone.
+        self._answers: list[tuple[Job, list[Translation] | None, BaseException | None]] = []
         self._thread = threading.Thread(target=self._work, name="translation-worker", daemon=True)
 
     def _work(self) -> None:
         raise NotImplementedError
+
+    def _answer(
+        self, job: Job, result: list[Translation] | None = None, error: BaseException | None = None
+    ) -> None:
+        """Keep `job`'s result or error (worker thread) until the work that made it is counted
+        (`_send_answers`)."""
+        self._answers.append((job, result, error))
+
+    def _send_answers(self) -> None:
+        """Deliver the answers kept since the last call. The worker calls it once it has recorded the
+        statistics of the work that made them, so that a client that reads /v1/stats after its answer finds
+        that work counted."""
+        answers, self._answers = self._answers, []
+        for job, result, error in answers:
+            deliver(job, result=result, error=error)
 
     def start(self) -> None:
         self._thread.start()
@@ -302,11 +319,12 @@ class Batcher(Scheduler):
                     except Exception as error:
                         with self._condition:
                             job.cancelled = True  # its other segments are not translated
-                        deliver(job, error=error)
+                        self._answer(job, error=error)
             seconds = time.monotonic() - started
             with self._condition:  # read from the event loop's thread (retry_after, stats_dict)
                 self.stats.add(batch, seconds)
             self.running = 0
+            self._send_answers()
             logger.debug(
                 "batch of %d requests, %d segments, %d padded tokens: %.3f s",
                 len(jobs),
@@ -318,7 +336,7 @@ class Batcher(Scheduler):
     def _run(self, items: list[Item]) -> None:
         """Decode `items` once, with the most hypotheses any of their requests asks for, and scores and
         alignments where one asks for them (neither changes the best translation, for a fixed beam); each
-        request's translations are sliced to what it asked for, and delivered once all are there."""
+        request's translations are sliced to what it asked for, and answered once all are there."""
         jobs = requests_of(items)
         options = Options(
             n_best=max(job.options.n_best for job in jobs),
@@ -332,7 +350,7 @@ class Batcher(Scheduler):
             job.results[index] = sliced(translation, job.options)
         for job in jobs:
             if len(job.results) == len(job.segments) and not job.cancelled:
-                deliver(job, result=[job.results[index] for index in range(len(job.segments))])
+                self._answer(job, result=[job.results[index] for index in range(len(job.segments))])
 
 
 def sliced(translation: Translation, options: Options) -> Translation:

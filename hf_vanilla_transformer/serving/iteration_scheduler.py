@@ -25,7 +25,7 @@ from ..inference.hypotheses import Hypothesis, Translation
 from ..inference.iteration_batching import Finished, RunningBeamSearch
 from ..inference.translation import encode_sources, hypotheses_of
 from ..inference.translator import Translator
-from .batcher import Item, Job, Scheduler, deliver
+from .batcher import Item, Job, Scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -130,12 +130,14 @@ class IterationScheduler(Scheduler):
                     logger.exception("a decoding step failed")
                     self.stats.failed += 1
                     self._fail({job for job, _ in running}, error)
+                    self._send_answers()
                     continue
                 self._finish(finished)
                 jobs = {job for job, _ in self._search.keys()}
                 self.running = len(jobs)
                 with self._condition:  # read from the event loop's thread (retry_after, stats_dict)
                     self.stats.add(len(running), len(jobs), len(finished), time.monotonic() - started)
+                self._send_answers()
 
     def _drop_departed(self) -> None:
         """Take the segments of requests whose clients have gone out of the running batch."""
@@ -212,7 +214,7 @@ class IterationScheduler(Scheduler):
     def _record(self, job: Job, index: int, translation: Translation) -> None:
         job.results[index] = translation
         if len(job.results) == len(job.segments) and not job.cancelled:
-            deliver(job, result=[job.results[i] for i in range(len(job.segments))])
+            self._answer(job, result=[job.results[i] for i in range(len(job.segments))])
 
     def _fail(self, jobs: set[Job], error: Exception) -> None:
         """Answer `jobs` with `error`, and take their other segments out of the running batch and the
@@ -224,7 +226,7 @@ class IterationScheduler(Scheduler):
         for item in [item for item in self._sources if item[0] in jobs]:
             del self._sources[item]
         for job in jobs:
-            deliver(job, error=error)
+            self._answer(job, error=error)
 
 
 __all__ = ["IterationScheduler", "StepStats"]
