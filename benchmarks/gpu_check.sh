@@ -10,7 +10,7 @@
 #   bash benchmarks/gpu_check.sh          # from anywhere; it runs in the repository root
 #
 # Environment:
-#   OUT        folder for the results: gpu_check.log and one JSON per benchmark step, 13 of them (default
+#   OUT        folder for the results: gpu_check.log and one JSON per benchmark step, 12 of them (default
 #              runs/gpu_check)
 #   WMT14_DIR  folder with newstest2013.en/.de and newstest2014.en/.de, relative to the repository root
 #              or absolute (default ../shared/data/wmt14); without them the newstest-length steps measure
@@ -18,12 +18,13 @@
 #   PYTHON     the interpreter (default python3); hf_vanilla_transformer must import with the PYTHONPATH
 #              given, to which the repository root is appended
 #   WHEELS     a folder of wheels installed first (pip --no-index into a temporary folder put first on
-#              PYTHONPATH), for a machine that cannot reach a package index (default: none)
+#              PYTHONPATH), for a machine that cannot reach a package index, relative to the repository
+#              root or absolute (default: none)
 #   BUDGET_S   seconds for the steps (default 540: with the table and nvidia-smi, under 10 minutes)
 #   STEPS      the names of the steps to run, separated by spaces (default: every step, in the script's
 #              order). The steps' limits add up to about 29 minutes, most of it for cold compiles, so the
 #              budget decides how far down the list one call gets; a later call can take the rest with
-#              STEPS="compile generate generate_static profile_greedy" and the like.
+#              STEPS="train_presets_compiled compile generate generate_static" and the like.
 #
 # Exit status: 0 when every step passed, 1 otherwise (see the summary at the end of the log).
 

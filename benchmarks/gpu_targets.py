@@ -85,7 +85,7 @@ def rows(folder: Path) -> list[tuple[str, str, str, str]]:
     ours = train_row(compiled, "sizes", "base", "ours", "bf16-compile").get("speedup_vs_marian_same_mode")
     return [
         (
-            "base preset, newstest-length batches: compiled as train runs it on a GPU / eager (tok/s)",
+            "base preset, newstest-length batches: compiled as train --compile runs it / eager (tok/s)",
             " / ".join(f"{value:,.0f}" if value else UNMEASURED for value in (base_compiled, base_eager)),
             ">= 540k",
             ">= 700k",

@@ -202,8 +202,8 @@ def test_layers_are_compiled_once_per_class_in_deep_stacks_only(layers, regional
 
 def test_a_run_compiles_its_step_only_when_asked(corpus, tmp_path):  # noqa: F811
     """No preset compiles its training step, on a CPU (where the compiled step is slower) or on a GPU (where
-    its first compile's wait and its speed on real batches are unmeasured): the paper's base preset trains
-    eagerly unless --compile asks, and --no-compile is followed."""
+    its speed on real batches is unmeasured and its first compile has taken minutes): the paper's base
+    preset trains eagerly unless --compile asks, and --no-compile is followed."""
     assert not any(preset.compile for preset in TRAINING_PRESETS.values())
     for requested, expected in ((None, False), (True, True), (False, False)):
         chosen = settings(corpus, tmp_path / str(requested), preset="base", compile=requested)

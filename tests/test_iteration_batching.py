@@ -303,6 +303,41 @@ def test_a_departed_clients_text_leaves_the_running_batch(random_translator: Tra
     assert stats["steps"] < 300  # left long before its 340 steps
 
 
+def test_a_failed_step_answers_its_requests_with_the_error_and_leaves_nothing_decoding(
+    random_translator: Translator,
+) -> None:
+    """A decoding step that raises (the second, after one that worked) answers every request of the running
+    batch with its error; once they are answered, the statistics count the failed step and show nothing
+    decoding."""
+    pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
+    from hf_vanilla_transformer.serving.batcher import Options
+    from hf_vanilla_transformer.serving.iteration_scheduler import IterationScheduler
+
+    scheduler = IterationScheduler(random_translator)
+    step, steps = scheduler._search.step, []
+
+    def breaking_step() -> list:
+        steps.append(len(steps))
+        if len(steps) > 1:
+            raise RuntimeError("out of memory, say")
+        return step()
+
+    scheduler._search.step = breaking_step
+    scheduler.start()
+
+    async def ask() -> list:
+        jobs = [scheduler.submit([text], [3], Options()) for text in ("w1 w2", "w3 w4")]
+        return await asyncio.gather(*(job.future for job in jobs), return_exceptions=True)
+
+    try:
+        answers = asyncio.run(asyncio.wait_for(ask(), 60))
+        stats = scheduler.stats_dict()
+    finally:
+        scheduler.close()
+    assert [str(answer) for answer in answers] == ["out of memory, say"] * 2
+    assert stats["failed_steps"] == 1 and stats["decoding"] == 0
+
+
 def test_a_full_queue_refuses_at_once(random_translator: Translator) -> None:
     pytest.importorskip("fastapi", reason="not installed (pip install -e '.[serve]')")
     from hf_vanilla_transformer.serving.batcher import Options, QueueFull

@@ -149,7 +149,14 @@ class Scheduler:
         self._closing = False
         # Answers made and not yet delivered (`_answer`): the worker thread's alone.
         self._answers: list[tuple[Job, list[Translation] | None, BaseException | None]] = []
-        self._thread = threading.Thread(target=self._work, name="translation-worker", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="translation-worker", daemon=True)
+
+    def _serve(self) -> None:
+        """The worker thread: `_work`, and the answers it made sent even where it stops on an error."""
+        try:
+            self._work()
+        finally:
+            self._send_answers()
 
     def _work(self) -> None:
         raise NotImplementedError
@@ -163,8 +170,8 @@ class Scheduler:
 
     def _send_answers(self) -> None:
         """Deliver the answers kept since the last call. The worker calls it once it has recorded the
-        statistics of the work that made them, so that a client that reads /v1/stats after its answer finds
-        that work counted."""
+        statistics of the batch or decoding step that made them, so that a client that reads /v1/stats
+        after its answer finds that batch or step counted."""
         answers, self._answers = self._answers, []
         for job, result, error in answers:
             deliver(job, result=result, error=error)

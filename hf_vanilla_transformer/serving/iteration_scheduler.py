@@ -130,6 +130,7 @@ class IterationScheduler(Scheduler):
                     logger.exception("a decoding step failed")
                     self.stats.failed += 1
                     self._fail({job for job, _ in running}, error)
+                    self.running = len({job for job, _ in self._search.keys()})
                     self._send_answers()
                     continue
                 self._finish(finished)

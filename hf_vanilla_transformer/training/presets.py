@@ -107,8 +107,8 @@ class TrainingPreset:
     compile: bool = setting(
         False,
         "compile the training step (forward and loss; each layer class once; any batch shape, or with "
-        "--packed-row-length the one shape); --no-compile: eager (default: off, its first compile's wait and "
-        "its speed on real batches on a GPU are not yet measured)",
+        "--packed-row-length the one shape); --no-compile: eager (default: off: on real batches on a GPU its "
+        "speed is not yet measured, and its first compile there has taken minutes)",
         group=TRAINING,
     )
     max_minutes: float | None = setting(
