@@ -130,7 +130,7 @@ class IterationScheduler(Scheduler):
                     logger.exception("a decoding step failed")
                     self.stats.failed += 1
                     self._fail({job for job, _ in running}, error)
-                    self.running = len({job for job, _ in self._search.keys()})
+                    self.running = 0  # `_fail` took every running segment out
                     self._send_answers()
                     continue
                 self._finish(finished)
