@@ -57,17 +57,19 @@ apart). The two samplers' epochs cover the same pairs, each once (`epochs` in th
 `--max-batches` takes whole epochs, both variants train on the same pairs in a pass.
 
 The compiled variants run before the eager ones, in a child process with empty Inductor and Triton cache
-directories, so that nothing compiled before is found: packed-compiled first, whose first step's time is
-its cold compile (the step's own work included), then its passes alone, then padded-compiled's first step
-(compiled after the packed step in the same process: not a cold start) and the rounds of both. `graphs`
-counts the graphs Dynamo compiled for a variant (`torch._dynamo.utils.counters`; 1: nothing recompiled).
-The child saves what it compiled for the packed step right after that step
+directories (on a CPU Inductor's in the run folder, as `train` keeps it there:
+`compilation.run_folder_inductor_cache`), so that nothing compiled before is found: packed-compiled first,
+whose first step's time is its cold compile (the step's own work included), then its passes alone, then
+padded-compiled's first step (compiled after the packed step in the same process: not a cold start) and the
+rounds of both. `graphs` counts the graphs Dynamo compiled for a variant (`torch._dynamo.utils.counters`; 1:
+nothing recompiled). The child saves what it compiled for the packed step right after that step
 (`torch.compiler.save_cache_artifacts`, through `compilation.CompileCache`, as a run saves its own), and
-`--warm-start` then times the first packed compiled step in another fresh process with empty caches, after
-`torch.compiler.load_cache_artifacts` of that file, as a run resumed on another machine starts
-(`warm_start`); and in a third fresh process that loads nothing but keeps the cold child's Inductor
-caches, as a run resumed on the same machine starts (`warm_start_same_machine`). The figures are written
-to `--output` after every phase, so that a run cut short keeps what it measured.
+`--warm-start` then times the first packed compiled step in another fresh process, from a copy of the run
+folder elsewhere: after `torch.compiler.load_cache_artifacts` of that file, in the copy's Inductor cache on a
+CPU and in empty caches on a GPU, as a run resumed from its folder on another machine of the same kind starts
+(`warm_start`); and in a third fresh process that loads nothing but keeps the cold child's Inductor caches, as
+a run resumed on the same machine starts (`warm_start_same_machine`). The figures are written to `--output`
+after every phase, so that a run cut short keeps what it measured.
 
 `--compiled packed` leaves padded-compiled out: at base size `bench_train.py --data --presets base --modes
 bf16-compile` times the same step on the same padded batches (its first `--max-steps` batches of the same
@@ -83,6 +85,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -124,6 +127,7 @@ from hf_vanilla_transformer.training.compilation import (  # noqa: E402
     CompileCache,
     CompiledTrainingLoss,
     forward_and_loss,
+    run_folder_inductor_cache,
 )
 from hf_vanilla_transformer.training.packing import (  # noqa: E402
     SEGMENT_KEYS,
@@ -181,7 +185,7 @@ CPU_WARM_START_TARGET_S = 5
 # The warm starts measured (`--warm-start`), each checked against `CPU_WARM_START_TARGET_S`: what `figures`
 # calls it, and the resumed run it stands for.
 WARM_STARTS = {
-    "warm_start": "warm start from the run folder's compile cache alone, as on another machine",
+    "warm_start": "warm start from a copy of the run folder alone, as on another machine of the same kind",
     "warm_start_same_machine": "warm start in the cold run's Inductor cache, as on the same machine",
 }
 
@@ -735,10 +739,12 @@ def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save:
         "data": {key: data[key] for key in ("batches", "whole_epoch", "packed_shape")},
     }
     with tempfile.TemporaryDirectory(prefix="bench-packing-") as folder:
-        spec["run_folder"] = str(Path(folder) / "run")
+        run_folder = Path(folder) / "run"
+        spec["run_folder"] = str(run_folder)
         compiled: dict[str, Any] = {}
         try:
-            caches = run_child("compiled", spec, Path(folder), compiled)
+            kept = run_folder_inductor_cache(run_folder, True, args.device)
+            caches = run_child("compiled", spec, Path(folder), compiled, kept)
         finally:
             figures["variants"] |= compiled.pop("variants", {})
             figures["packed_over_padded_compiled"] = compiled.pop("packed_over_padded", None)
@@ -746,8 +752,16 @@ def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save:
             save()
         if args.warm_start:
             figures["warm_start"] = {}
+            elsewhere = Path(shutil.copytree(run_folder, Path(folder) / "run-elsewhere"))
             try:
-                run_child("warm", spec, Path(folder), figures["warm_start"])
+                kept_elsewhere = run_folder_inductor_cache(elsewhere, True, args.device)
+                run_child(
+                    "warm",
+                    spec | {"run_folder": str(elsewhere)},
+                    Path(folder),
+                    figures["warm_start"],
+                    kept_elsewhere,
+                )
             finally:
                 save()
             figures["warm_start_same_machine"] = {}

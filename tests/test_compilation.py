@@ -5,25 +5,31 @@ Dynamo's graph breaks and recompilations are its own, whatever backend compiles 
 compile with the "aot_eager" backend (which also traces the backward and the nested regions) or "eager",
 which take a minute at most rather than Inductor's many."""
 
+import os
 import random
+import shutil
+import sys
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
+import forked_processes
 import pytest
 import torch
 from conftest import tiny_model
 from datasets import Dataset
 from test_trainer import reverse_task, word_tokenizer
-from test_training import corpus, settings  # noqa: F401  (the corpus fixture)
+from test_training import TINY, corpus, data_flags, settings  # noqa: F401  (the corpus fixture)
 from torch._dynamo.utils import counters
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
+from hf_vanilla_transformer.commands import train
 from hf_vanilla_transformer.training import pipeline, progress
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.training.compilation import (
     COMPILE_CACHE_FILE,
+    INDUCTOR_CACHE_FOLDER,
     REGION_CLASSES,
     SEQUENCE_MULTIPLE,
     CompileCache,
@@ -31,6 +37,7 @@ from hf_vanilla_transformer.training.compilation import (
     compiled_regions,
     forward_and_loss,
     regional_compilation_pays,
+    run_folder_inductor_cache,
     with_dynamic_batch_dimensions,
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length, pad_to_buckets
@@ -336,3 +343,50 @@ def test_train_compile_shows_the_compile_and_saves_its_cache(corpus, tmp_path, m
     assert "The first step, compiling the training step, took" in caplog.text
     saved = torch.compiler.save_cache_artifacts()
     assert (tmp_path / COMPILE_CACHE_FILE).is_file() == (saved is not None)
+
+
+def test_a_run_keeps_inductors_cache_in_its_folder_for_a_compiled_step_on_a_cpu_only(tmp_path):
+    assert run_folder_inductor_cache(tmp_path, True, "cpu") == tmp_path / INDUCTOR_CACHE_FOLDER
+    assert run_folder_inductor_cache(tmp_path, False, "cpu") is None
+    assert run_folder_inductor_cache(tmp_path, True, "cuda") is None
+
+
+def built_kernels(folder: Path) -> dict[str, int]:
+    """The C++ kernels Inductor built in its cache `folder`: each library's path in it, and when it was
+    written."""
+    return {str(path.relative_to(folder)): path.stat().st_mtime_ns for path in folder.rglob("*.so")}
+
+
+def test_a_compiled_run_resumed_from_its_folder_elsewhere_builds_no_kernel_again(corpus, tmp_path):  # noqa: F811
+    """`train --compile` on a CPU, as a command of its own with no Inductor cache folder chosen: the built C++
+    kernels stay in the run's folder, and the run resumed from that folder moved elsewhere (as on another
+    machine, or after /tmp was emptied) compiles its step from them, building none again."""
+    flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--compile", "--no-bf16", "--dev", "none",
+             "--test", "none", "--save-steps", "1"]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_CACHE_DIR"}
+    env |= {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+    def train_command(run: Path, *more: str) -> str:
+        command = [sys.executable, "-m", "hf_vanilla_transformer", "train", "--output-dir", str(run), *flags]
+        result = forked_processes.run([*command, *more], capture_output=True, text=True, env=env, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stderr
+
+    train_command(tmp_path / "run", "--max-steps", "1")
+    kernels = built_kernels(tmp_path / "run" / INDUCTOR_CACHE_FOLDER)
+    assert kernels  # the cold compile built them in the run's folder
+    moved = shutil.move(tmp_path / "run", tmp_path / "elsewhere")
+    log = train_command(moved, "--max-steps", "2", "--resume")
+    assert "The first step, compiling the training step, took" in log
+    assert built_kernels(moved / INDUCTOR_CACHE_FOLDER) == kernels
+
+
+def test_a_cache_folder_the_user_chose_is_kept(tmp_path, monkeypatch):
+    """`TORCHINDUCTOR_CACHE_DIR` given when `train` starts wins over the run's folder."""
+    seen = []
+    monkeypatch.setattr(
+        pipeline, "run_training", lambda settings: seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    )
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "chosen"))
+    assert train.main(["--preset", "cpu-demo", "--compile", "--output-dir", str(tmp_path / "run")]) is None
+    assert seen == [str(tmp_path / "chosen")]

@@ -22,6 +22,10 @@
 - `CompileCache`: what the compiler produced (`torch.compiler.save_cache_artifacts`) saved in the run's
   folder at every checkpoint and at the end, and loaded when a resumed run or a second run in the same
   folder starts, so that it finds its compiled code in the cache instead of compiling it again.
+- Built kernels in the run's folder on a CPU (`run_folder_inductor_cache`): that file carries Inductor's
+  generated C++ source, not the libraries built from it, so `train` also keeps Inductor's own cache in the
+  run's folder there, and a run resumed from the folder, on another machine of the same kind or after
+  `/tmp` was emptied, loads the built kernels instead of building them again.
 
 benchmarks/RESULTS.md ("Compiled training") has the compile times and step speeds measured with and
 without each of these.
@@ -54,6 +58,8 @@ REGION_CLASSES: tuple[type[nn.Module], ...] = (VanillaTransformerEncoderLayer, V
 REGIONAL_FROM_LAYERS = 6
 # The file in a run's folder that holds its compiled code (`CompileCache`).
 COMPILE_CACHE_FILE = "compile_cache.bin"
+# The folder in a compiled CPU run's folder that holds Inductor's cache (`run_folder_inductor_cache`).
+INDUCTOR_CACHE_FOLDER = "inductor_cache"
 # What a compiled run pads its batches' lengths to: SDPA's memory-efficient kernel on CUDA takes a mask
 # whose rows are 8-aligned, Inductor guards the compiled graph on it, and tensor cores want it too.
 SEQUENCE_MULTIPLE = 8
@@ -163,6 +169,19 @@ class CompiledTrainingLoss:
             num_items_in_batch = torch.tensor(num_items_in_batch)
         with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
             return self.function(model, inputs, self.epsilon, num_items_in_batch)
+
+
+def run_folder_inductor_cache(output_dir: str | Path, compiles: bool, device_type: str) -> Path | None:
+    """Where a run keeps Inductor's cache (`TORCHINDUCTOR_CACHE_DIR`), when it keeps it in its own folder:
+    for a compiled step on a CPU, where the built C++ kernels and the probe of the CPU's vector instructions
+    are most of a warm start's time (`COMPILE_CACHE_FILE` carries neither: a warm start from it alone took
+    24-25 s of a 35 s cold compile for the cpu-demo step on a 2-core Zen 4, benchmarks/RESULTS.md). The
+    cache's keys hold the CPU's instruction set and the compiler's flags, so a machine of another kind
+    builds its own kernels beside them. None for an eager step, and on a GPU, where `COMPILE_CACHE_FILE`
+    carries the built Triton kernels."""
+    if not compiles or device_type != "cpu":
+        return None
+    return Path(output_dir) / INDUCTOR_CACHE_FOLDER
 
 
 class CompileCache(TrainerCallback):
