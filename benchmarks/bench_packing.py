@@ -752,7 +752,9 @@ def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save:
             save()
         if args.warm_start:
             figures["warm_start"] = {}
-            elsewhere = Path(shutil.copytree(run_folder, Path(folder) / "run-elsewhere"))
+            elsewhere = Path(folder) / "run-elsewhere"
+            if run_folder.is_dir():  # where the cold child got as far as saving its cache
+                shutil.copytree(run_folder, elsewhere)
             try:
                 kept_elsewhere = run_folder_inductor_cache(elsewhere, True, args.device)
                 run_child(

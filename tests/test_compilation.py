@@ -12,6 +12,7 @@ import sys
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
+from types import MethodType
 
 import forked_processes
 import pytest
@@ -390,3 +391,26 @@ def test_a_cache_folder_the_user_chose_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "chosen"))
     assert train.main(["--preset", "cpu-demo", "--compile", "--output-dir", str(tmp_path / "run")]) is None
     assert seen == [str(tmp_path / "chosen")]
+
+
+def test_a_step_under_the_forwards_own_autocast_is_found_in_aotautograds_cache():
+    """bf16 autocast put around the model's forward, as accelerate's mixed precision puts it, is traced into
+    the compiled graph; a second compilation of the step (Dynamo reset, as in a new process) still finds its
+    forward and backward in AOTAutograd's cache, and computes the same loss and gradients."""
+    model = tiny_model(**NO_DROPOUT).train()
+    model.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(type(model).forward), model)
+    batch = with_decoder_inputs(model, batches_of(([12, 9, 7], [10, 8, 11]), 64, 1)[0])
+    results = []
+    for _ in range(2):  # the first may find its entry too, where an earlier test run left it in the cache
+        torch._dynamo.reset()
+        counters.clear()
+        loss = CompiledTrainingLoss(0.1, static_shapes=True)(model, batch, None)
+        loss.backward()
+        results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
+        model.zero_grad(set_to_none=True)
+    assert counters["aot_autograd"]["autograd_cache_bypass"] == 0
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    (loss, gradients), (cached_loss, cached_gradients) = results
+    torch.testing.assert_close(cached_loss, loss, rtol=0, atol=0)
+    for cached, fresh in zip(cached_gradients, gradients):
+        torch.testing.assert_close(cached, fresh, rtol=0, atol=0)

@@ -16,6 +16,8 @@
   batches to such lengths (as length buckets do). One graph then serves every batch; a batch with one pair
   (or a one-token side) compiles one more. Within training, a step that would recompile past Dynamo's
   limit raises (`fail_on_recompile_limit_hit`) instead of falling back to eager code without a word.
+- Cached under autocast (`AUTOCAST_CALLS`): a bf16 run's step, whose forward enters autocast within the
+  compiled code, is found in AOTAutograd's cache by a warm start on a CPU like a float32 run's.
 - The loss inside the compiled code: `loss.label_smoothed_cross_entropy` over the logits, in float32, with
   padded positions (label -100) contributing nothing; no host synchronization within the step (no
   `.item()`: the loss stays on the device).
@@ -63,6 +65,14 @@ INDUCTOR_CACHE_FOLDER = "inductor_cache"
 # What a compiled run pads its batches' lengths to: SDPA's memory-efficient kernel on CUDA takes a mask
 # whose rows are 8-aligned, Inductor guards the compiled graph on it, and tensor cores want it too.
 SEQUENCE_MULTIPLE = 8
+# Autocast entered within the compiled code, as accelerate's mixed precision wraps the model's forward in
+# it, is a call AOTAutograd's cache takes only when marked cacheable; unmarked, a warm start of a bf16 run
+# traced and partitioned the joint graph again (`train --compile` at cpu-demo size on a 2-core Zen 4: 11 s
+# against 4 s marked, benchmarks/RESULTS.md). The graph's cache key holds the calls' arguments (device,
+# dtype), so a step under another autocast compiles anew. Marked on a CPU, where it was measured.
+AUTOCAST_CALLS = {
+    f"torch.amp.autocast_mode.{name}": torch.__version__ for name in ("_enter_autocast", "_exit_autocast")
+}
 # The inputs of a training step whose first two dimensions (pairs, tokens) change from batch to batch.
 _BATCH_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask", "labels")
 
@@ -167,7 +177,11 @@ class CompiledTrainingLoss:
         if isinstance(num_items_in_batch, int):
             # A Python number would be a constant of the graph: a new one at every batch.
             num_items_in_batch = torch.tensor(num_items_in_batch)
-        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        cacheable = AUTOCAST_CALLS if inputs["input_ids"].device.type == "cpu" else {}
+        with (
+            torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),
+            torch._inductor.config.patch(unsafe_marked_cacheable_functions=cacheable),
+        ):
             return self.function(model, inputs, self.epsilon, num_items_in_batch)
 
 
