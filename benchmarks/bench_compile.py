@@ -9,13 +9,12 @@ from the run folder's compile cache), the compiled step's speed against the eage
     python benchmarks/bench_compile.py --device cuda --size base --batch 400 --length 64
 
 Each compile measurement runs in a process of its own with an empty `TORCHINDUCTOR_CACHE_DIR` (cold), so that
-nothing compiled before is found; on a CPU the cold regional run's is in its run folder, where `train` keeps
-it (`training.compilation.run_folder_inductor_cache`). Two warm starts follow the cold regional run, each in
-a fresh process: "warm-machine" keeps the cold run's `TORCHINDUCTOR_CACHE_DIR`, as a second run or a resumed
-one on the same machine finds it; "warm-run-folder" starts from a copy of the run folder elsewhere and first
-loads the compile cache the cold regional run saved there (`training.compilation.CompileCache`), in the
-copy's Inductor cache on a CPU and an empty one on a GPU, as a run resumed from its folder on another machine
-of the same kind does. A step is `CompiledTrainingLoss` (forward, label-smoothed loss) and its
+nothing compiled before is found. Two warm starts follow the cold regional run, each in a fresh process:
+"warm-machine" keeps the cold run's `TORCHINDUCTOR_CACHE_DIR`, as a second run or a resumed one on the same
+machine finds torch's own cache; "warm-run-folder" gets another empty cache directory and first loads the
+compile cache the cold regional run saved in its folder (`training.compilation.CompileCache`), as a run
+resumed on another machine does (on a CPU its C++ kernels are compiled again: torch's saved cache holds their
+source, not the built libraries). A step is `CompiledTrainingLoss` (forward, label-smoothed loss) and its
 backward on random batches whose number of pairs and lengths change from step to step (the shapes `train
 --length-buckets` makes), then an Adam step; the first step's time is the compile time (it includes one step's
 work, which the eager step's time shows), the median of the next `--steps` the step time; `graphs` counts the
@@ -30,7 +29,6 @@ each batch's longest (`train`'s default), to the next multiple of 8 (`train --co
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -59,15 +57,12 @@ from hf_vanilla_transformer.training.compilation import (
     CompiledTrainingLoss,
     compiled_length,
     forward_and_loss,
-    run_folder_inductor_cache,
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length
 
 MODES = ("cold-regional", "warm-machine", "warm-run-folder", "eager", "cold-whole")
 # The modes that run in the cold regional run's Inductor cache directory, kept for them.
 SAME_MACHINE = ("cold-regional", "warm-machine")
-# The mode that starts from a copy of the cold regional run's folder.
-FROM_RUN_FOLDER = "warm-run-folder"
 PAD = 1
 
 
@@ -99,7 +94,7 @@ def probe(args: argparse.Namespace) -> dict:
     model = VanillaTransformerForConditionalGeneration(config).to(args.device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=args.device == "cuda" or None)
     cache = CompileCache(args.cache_folder)
-    if args.probe == FROM_RUN_FOLDER:
+    if args.probe == "warm-run-folder":
         cache.load()
     compiled = None
     if args.probe != "eager":
@@ -154,14 +149,15 @@ def padding(args: argparse.Namespace) -> dict:
     }
 
 
-def run_mode(mode: str, args: argparse.Namespace, cache_folder: Path, inductor_cache: Path | None) -> dict:
-    """`probe` of `mode` in a child process, the run's folder `cache_folder`, with `inductor_cache` as its
-    Inductor cache directory, or an empty one of its own (None)."""
+def run_mode(mode: str, args: argparse.Namespace, cache_folder: str, machine_cache: str) -> dict:
+    """`probe` of `mode` in a child process, with `machine_cache` as its Inductor cache directory for the
+    `SAME_MACHINE` modes, else an empty one of its own."""
     with tempfile.TemporaryDirectory() as empty_cache:
-        command = [sys.executable, __file__, "--probe", mode, "--cache-folder", str(cache_folder)]
+        command = [sys.executable, __file__, "--probe", mode, "--cache-folder", cache_folder]
         command += ["--size", args.size, "--batch", str(args.batch), "--length", str(args.length)]
         command += ["--steps", str(args.steps), "--device", args.device] + (["--bf16"] if args.bf16 else [])
-        environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache or empty_cache)}
+        inductor_cache = machine_cache if mode in SAME_MACHINE else empty_cache
+        environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
         started = time.perf_counter()
         done = subprocess.run(command, env=environment, capture_output=True, text=True)
         if done.returncode != 0:
@@ -193,21 +189,10 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
 
     result: dict = {"machine": machine_line(), "args": vars(args), "modes": {}}
-    with tempfile.TemporaryDirectory() as folder:
-        # Where the cold regional run leaves its compile cache, and its Inductor cache: in the run folder on
-        # a CPU, as `train` keeps it, else torch's own cache of that machine.
-        run_folder = Path(folder) / "run"
-        machine_cache = run_folder_inductor_cache(run_folder, True, args.device) or Path(folder) / "inductor"
+    # Where the cold regional run leaves its compile cache, and torch's own cache of that machine.
+    with tempfile.TemporaryDirectory() as run_folder, tempfile.TemporaryDirectory() as machine_cache:
         for mode in (m for m in MODES if m in args.only):
-            if mode == FROM_RUN_FOLDER:
-                elsewhere = Path(folder) / "run-elsewhere"
-                if run_folder.is_dir():  # the cold regional run's, where it ran
-                    shutil.copytree(run_folder, elsewhere)
-                kept = run_folder_inductor_cache(elsewhere, True, args.device)
-                result["modes"][mode] = run_mode(mode, args, elsewhere, kept)
-            else:
-                kept = machine_cache if mode in SAME_MACHINE else None
-                result["modes"][mode] = run_mode(mode, args, run_folder, kept)
+            result["modes"][mode] = run_mode(mode, args, run_folder, machine_cache)
             print(f"  {mode}: {result['modes'][mode]}", file=sys.stderr)
             write_result(result, args.output)  # each mode's figures kept, should a later one be cut off
     rows = [

@@ -57,19 +57,19 @@ apart). The two samplers' epochs cover the same pairs, each once (`epochs` in th
 `--max-batches` takes whole epochs, both variants train on the same pairs in a pass.
 
 The compiled variants run before the eager ones, in a child process with empty Inductor and Triton cache
-directories (on a CPU Inductor's in the run folder, as `train` keeps it there:
-`compilation.run_folder_inductor_cache`), so that nothing compiled before is found: packed-compiled first,
-whose first step's time is its cold compile (the step's own work included), then its passes alone, then
-padded-compiled's first step (compiled after the packed step in the same process: not a cold start) and the
-rounds of both. `graphs` counts the graphs Dynamo compiled for a variant (`torch._dynamo.utils.counters`; 1:
-nothing recompiled). The child saves what it compiled for the packed step right after that step
-(`torch.compiler.save_cache_artifacts`, through `compilation.CompileCache`, as a run saves its own), and
-`--warm-start` then times the first packed compiled step in another fresh process, from a copy of the run
-folder elsewhere: after `torch.compiler.load_cache_artifacts` of that file, in the copy's Inductor cache on a
-CPU and in empty caches on a GPU, as a run resumed from its folder on another machine of the same kind starts
-(`warm_start`); and in a third fresh process that loads nothing but keeps the cold child's Inductor caches, as
-a run resumed on the same machine starts (`warm_start_same_machine`). The figures are written to `--output`
-after every phase, so that a run cut short keeps what it measured.
+directories, kept in its run folder as `train --inductor-cache-in-run-folder` keeps them, so that nothing
+compiled before is found: packed-compiled first, whose first step's time is its cold compile (the step's own
+work included), then its passes alone, then padded-compiled's first step (compiled after the packed step in
+the same process: not a cold start) and the rounds of both. `graphs` counts the graphs Dynamo compiled for a
+variant (`torch._dynamo.utils.counters`; 1: nothing recompiled). The child saves what it compiled for the
+packed step right after that step (`torch.compiler.save_cache_artifacts`, through `compilation.CompileCache`,
+as a run saves its own), and `--warm-start` then times the first packed compiled step in three more fresh
+processes: after `torch.compiler.load_cache_artifacts` of that file in empty caches, as a run resumed on
+another machine starts (`warm_start`); the same from a copy of the run folder elsewhere, in the copy's
+Inductor cache, as a run resumed there with `--inductor-cache-in-run-folder` starts
+(`warm_start_run_folder_kernels`); and loading nothing, in the cold child's Inductor cache, as a run resumed
+on the same machine starts (`warm_start_same_machine`). The figures are written to `--output` after every
+phase, so that a run cut short keeps what it measured.
 
 `--compiled packed` leaves padded-compiled out: at base size `bench_train.py --data --presets base --modes
 bf16-compile` times the same step on the same padded batches (its first `--max-steps` batches of the same
@@ -123,11 +123,12 @@ from hf_vanilla_transformer import (  # noqa: E402
 )
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
 from hf_vanilla_transformer.training.compilation import (  # noqa: E402
+    COMPILE_CACHE_FILE,
+    INDUCTOR_CACHE_FOLDER,
     SEQUENCE_MULTIPLE,
     CompileCache,
     CompiledTrainingLoss,
     forward_and_loss,
-    run_folder_inductor_cache,
 )
 from hf_vanilla_transformer.training.packing import (  # noqa: E402
     SEGMENT_KEYS,
@@ -185,7 +186,9 @@ CPU_WARM_START_TARGET_S = 5
 # The warm starts measured (`--warm-start`), each checked against `CPU_WARM_START_TARGET_S`: what `figures`
 # calls it, and the resumed run it stands for.
 WARM_STARTS = {
-    "warm_start": "warm start from a copy of the run folder alone, as on another machine of the same kind",
+    "warm_start": "warm start from the run folder's compile cache alone, as on another machine",
+    "warm_start_run_folder_kernels": "warm start from a copy of the run folder with its Inductor cache "
+    "(--inductor-cache-in-run-folder), as on another machine of the same kind",
     "warm_start_same_machine": "warm start in the cold run's Inductor cache, as on the same machine",
 }
 
@@ -655,10 +658,9 @@ def child_warm(spec: dict, from_run_folder: bool) -> None:
     write_json(result, spec["result"])
 
 
-def run_child(mode: str, spec: dict, folder: Path, into: dict, caches: Path | None = None) -> Path:
+def run_child(mode: str, spec: dict, folder: Path, into: dict, caches: Path | None = None) -> None:
     """The child process `mode` (see `CHILDREN`) with the Inductor and Triton caches in `caches`, by default
-    empty ones of its own; what it wrote put in `into`, also where it failed or was interrupted. Returns
-    the caches' folder."""
+    empty ones of its own; what it wrote put in `into`, also where it failed or was interrupted."""
     spec = spec | {"result": str(folder / f"{mode}.json")}
     spec_path = folder / f"{mode}-spec.json"
     write_json(spec, spec_path)
@@ -676,14 +678,15 @@ def run_child(mode: str, spec: dict, folder: Path, into: dict, caches: Path | No
         into["process_s"] = time.perf_counter() - started
         if status != 0:
             into["error"] = "interrupted" if status is None else f"exit status {status} (its output is above)"
-    return caches
 
 
 # The child processes: the compiled variants from a cold start; the first packed compiled step warm, from the
-# run folder's compile cache in empty caches, and from the cold child's Inductor caches without it.
+# run folder's compile cache (in empty caches, or in the Inductor cache of a copy of the run folder), and in
+# the cold child's Inductor cache without it.
 CHILDREN: dict[str, Callable[[dict], None]] = {
     "compiled": child_compiled,
     "warm": partial(child_warm, from_run_folder=True),
+    "warm-kernels": partial(child_warm, from_run_folder=True),
     "warm-machine": partial(child_warm, from_run_folder=False),
 }
 
@@ -742,35 +745,42 @@ def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save:
         run_folder = Path(folder) / "run"
         spec["run_folder"] = str(run_folder)
         compiled: dict[str, Any] = {}
+        # The cold child's Inductor cache in its run folder, as `--inductor-cache-in-run-folder` keeps it.
+        caches = run_folder / INDUCTOR_CACHE_FOLDER
         try:
-            kept = run_folder_inductor_cache(run_folder, True, args.device)
-            caches = run_child("compiled", spec, Path(folder), compiled, kept)
+            run_child("compiled", spec, Path(folder), compiled, caches)
         finally:
             figures["variants"] |= compiled.pop("variants", {})
             figures["packed_over_padded_compiled"] = compiled.pop("packed_over_padded", None)
             figures["compiled_process"] = compiled
             save()
         if args.warm_start:
-            figures["warm_start"] = {}
-            elsewhere = Path(folder) / "run-elsewhere"
-            if run_folder.is_dir():  # where the cold child got as far as saving its cache
-                shutil.copytree(run_folder, elsewhere)
-            try:
-                kept_elsewhere = run_folder_inductor_cache(elsewhere, True, args.device)
-                run_child(
-                    "warm",
-                    spec | {"run_folder": str(elsewhere)},
-                    Path(folder),
-                    figures["warm_start"],
-                    kept_elsewhere,
-                )
-            finally:
-                save()
-            figures["warm_start_same_machine"] = {}
-            try:
-                run_child("warm-machine", spec, Path(folder), figures["warm_start_same_machine"], caches)
-            finally:
-                save()
+            warm_starts(Path(folder), spec, "error" in compiled, figures, save)
+
+
+def warm_starts(folder: Path, spec: dict, cold_failed: bool, figures: dict, save: Callable[[], None]) -> None:
+    """The warm starts of `WARM_STARTS` after the cold child's run in `folder`, each child in its own
+    process, the figures put in `figures` and saved after each; none where the cold child failed, whose
+    caches they would start from."""
+    run_folder = Path(spec["run_folder"])
+    if cold_failed or not (run_folder / COMPILE_CACHE_FILE).is_file():
+        for key in WARM_STARTS:
+            figures[key] = {"error": "no warm start: the cold compile did not finish"}
+        save()
+        return
+    elsewhere = Path(shutil.copytree(run_folder, folder / "run-elsewhere"))
+    # (figure, child, its run folder, its Inductor cache: None for an empty one)
+    starts = (
+        ("warm_start", "warm", run_folder, None),
+        ("warm_start_run_folder_kernels", "warm-kernels", elsewhere, elsewhere / INDUCTOR_CACHE_FOLDER),
+        ("warm_start_same_machine", "warm-machine", run_folder, run_folder / INDUCTOR_CACHE_FOLDER),
+    )
+    for key, mode, start_folder, caches in starts:
+        figures[key] = {}
+        try:
+            run_child(mode, spec | {"run_folder": str(start_folder)}, folder, figures[key], caches)
+        finally:
+            save()
 
 
 def targets(figures: dict, size: str) -> list[dict[str, Any]]:

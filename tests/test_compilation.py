@@ -3,7 +3,8 @@ lengths beyond the buckets', the same losses as eager training, and the compile 
 
 Dynamo's graph breaks and recompilations are its own, whatever backend compiles the graphs, so these tests
 compile with the "aot_eager" backend (which also traces the backward and the nested regions) or "eager",
-which take a minute at most rather than Inductor's many."""
+which take a minute at most rather than Inductor's many. Only what Inductor's caches keep is tested with
+Inductor, on the tiny model."""
 
 import os
 import random
@@ -25,7 +26,7 @@ from torch._dynamo.utils import counters
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
-from hf_vanilla_transformer.commands import train
+from hf_vanilla_transformer.commands import main
 from hf_vanilla_transformer.training import pipeline, progress
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.training.compilation import (
@@ -37,8 +38,8 @@ from hf_vanilla_transformer.training.compilation import (
     CompiledTrainingLoss,
     compiled_regions,
     forward_and_loss,
+    inductor_cache_dir,
     regional_compilation_pays,
-    run_folder_inductor_cache,
     with_dynamic_batch_dimensions,
 )
 from hf_vanilla_transformer.training.length_buckets import bucket_length, pad_to_buckets
@@ -346,26 +347,20 @@ def test_train_compile_shows_the_compile_and_saves_its_cache(corpus, tmp_path, m
     assert (tmp_path / COMPILE_CACHE_FILE).is_file() == (saved is not None)
 
 
-def test_a_run_keeps_inductors_cache_in_its_folder_for_a_compiled_step_on_a_cpu_only(tmp_path):
-    assert run_folder_inductor_cache(tmp_path, True, "cpu") == tmp_path / INDUCTOR_CACHE_FOLDER
-    assert run_folder_inductor_cache(tmp_path, False, "cpu") is None
-    assert run_folder_inductor_cache(tmp_path, True, "cuda") is None
-
-
 def built_kernels(folder: Path) -> dict[str, int]:
     """The C++ kernels Inductor built in its cache `folder`: each library's path in it, and when it was
     written."""
     return {str(path.relative_to(folder)): path.stat().st_mtime_ns for path in folder.rglob("*.so")}
 
 
+@pytest.mark.slow
 def test_a_compiled_run_resumed_from_its_folder_elsewhere_builds_no_kernel_again(corpus, tmp_path):  # noqa: F811
-    """`train --compile` on a CPU, as a command of its own with no Inductor cache folder chosen: the built C++
+    """`train --compile --inductor-cache-in-run-folder` on a CPU, as a command of its own: the built C++
     kernels stay in the run's folder, and the run resumed from that folder moved elsewhere (as on another
     machine, or after /tmp was emptied) compiles its step from them, building none again."""
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--compile", "--no-bf16", "--dev", "none",
              "--test", "none", "--save-steps", "1"]  # fmt: skip
-    env = {key: value for key, value in os.environ.items() if key != "TORCHINDUCTOR_CACHE_DIR"}
-    env |= {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
     def train_command(run: Path, *more: str) -> str:
         command = [sys.executable, "-m", "hf_vanilla_transformer", "train", "--output-dir", str(run), *flags]
@@ -373,27 +368,40 @@ def test_a_compiled_run_resumed_from_its_folder_elsewhere_builds_no_kernel_again
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stderr
 
-    train_command(tmp_path / "run", "--max-steps", "1")
+    train_command(tmp_path / "run", "--max-steps", "1", "--inductor-cache-in-run-folder")
     kernels = built_kernels(tmp_path / "run" / INDUCTOR_CACHE_FOLDER)
     assert kernels  # the cold compile built them in the run's folder
     moved = shutil.move(tmp_path / "run", tmp_path / "elsewhere")
-    log = train_command(moved, "--max-steps", "2", "--resume")
+    log = train_command(moved, "--max-steps", "2", "--resume", "--inductor-cache-in-run-folder")
     assert "The first step, compiling the training step, took" in log
     assert built_kernels(moved / INDUCTOR_CACHE_FOLDER) == kernels
 
 
-def test_a_cache_folder_the_user_chose_is_kept(tmp_path, monkeypatch):
-    """`TORCHINDUCTOR_CACHE_DIR` given when `train` starts wins over the run's folder."""
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--compile", "--inductor-cache-in-run-folder"], "run folder"),
+        (["--compile"], None),  # torch's own, where a new run finds earlier runs' kernels
+        (["--inductor-cache-in-run-folder"], None),  # eager: nothing compiled
+    ],
+)
+def test_the_inductor_cache_a_train_command_keeps(tmp_path, monkeypatch, flags, expected):
+    """`train` points Inductor's cache (`TORCHINDUCTOR_CACHE_DIR`) at the run's folder for the run where
+    asked, over a folder the user chose, and leaves the variable as it was once the command is done."""
     seen = []
-    monkeypatch.setattr(
-        pipeline, "run_training", lambda settings: seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-    )
+
+    def run_training(settings) -> None:
+        seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+
+    monkeypatch.setattr(pipeline, "run_training", run_training)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "chosen"))
-    assert train.main(["--preset", "cpu-demo", "--compile", "--output-dir", str(tmp_path / "run")]) is None
-    assert seen == [str(tmp_path / "chosen")]
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "cpu-demo", *flags, "--output-dir", str(run)]) is None
+    assert seen == [str(run / INDUCTOR_CACHE_FOLDER) if expected else str(tmp_path / "chosen")]
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "chosen")
 
 
-def test_a_step_under_the_forwards_own_autocast_is_found_in_aotautograds_cache():
+def test_a_step_under_the_forwards_own_autocast_is_found_in_aotautograds_cache(tmp_path):
     """bf16 autocast put around the model's forward, as accelerate's mixed precision puts it, is traced into
     the compiled graph; a second compilation of the step (Dynamo reset, as in a new process) still finds its
     forward and backward in AOTAutograd's cache, and computes the same loss and gradients."""
@@ -401,13 +409,14 @@ def test_a_step_under_the_forwards_own_autocast_is_found_in_aotautograds_cache()
     model.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(type(model).forward), model)
     batch = with_decoder_inputs(model, batches_of(([12, 9, 7], [10, 8, 11]), 64, 1)[0])
     results = []
-    for _ in range(2):  # the first may find its entry too, where an earlier test run left it in the cache
-        torch._dynamo.reset()
-        counters.clear()
-        loss = CompiledTrainingLoss(0.1, static_shapes=True)(model, batch, None)
-        loss.backward()
-        results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
-        model.zero_grad(set_to_none=True)
+    with inductor_cache_dir(tmp_path):  # empty: the first step is compiled, not found
+        for _ in range(2):
+            torch._dynamo.reset()
+            counters.clear()
+            loss = CompiledTrainingLoss(0.1, static_shapes=True)(model, batch, None)
+            loss.backward()
+            results.append((loss.detach(), [parameter.grad.clone() for parameter in model.parameters()]))
+            model.zero_grad(set_to_none=True)
     assert counters["aot_autograd"]["autograd_cache_bypass"] == 0
     assert counters["aot_autograd"]["autograd_cache_hit"] == 1
     (loss, gradients), (cached_loss, cached_gradients) = results

@@ -16,10 +16,8 @@ sources tagged <BT> (docs/backtranslation.md).
 import argparse
 import dataclasses
 import math
-import os
 import textwrap
 import typing
-from functools import partial
 from typing import Any
 
 from ..common.cli import ArgumentParser, check_writable, refusals_in_one_line, run_command
@@ -127,28 +125,20 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
     return training_settings(parser.parse_args(argv), parser)
 
 
-def run(args: argparse.Namespace, parser: ArgumentParser, chosen_inductor_cache: str | None = None) -> None:
+def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Train, average and evaluate as `args` say; what the run refuses (a folder of checkpoints without
-    --resume, a resume with another recipe, missing or mismatched data) is reported in one line. A compiled
-    run on a CPU keeps Inductor's cache in its folder (`compilation.run_folder_inductor_cache`) unless a
-    folder was chosen for it (`chosen_inductor_cache`, `TORCHINDUCTOR_CACHE_DIR` as the command started)."""
-    import torch
-
-    from ..training.compilation import run_folder_inductor_cache
+    --resume, a resume with another recipe, missing or mismatched data) is reported in one line."""
+    from ..training.compilation import inductor_cache_dir, run_folder_inductor_cache
     from ..training.pipeline import run_training
 
     settings = training_settings(args, parser)
-    device_type = "cuda" if torch.cuda.is_available() else "cpu"
-    inductor_cache = run_folder_inductor_cache(settings.output_dir, settings.recipe().compile, device_type)
-    if inductor_cache is not None and chosen_inductor_cache is None:
-        # Inductor looks the variable up at each use: set in this command's process before anything compiles.
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache)
-    with refusals_in_one_line(parser):
+    inductor_cache = run_folder_inductor_cache(
+        settings.output_dir, settings.recipe().compile, settings.inductor_cache_in_run_folder
+    )
+    with refusals_in_one_line(parser), inductor_cache_dir(inductor_cache):
         run_training(settings)
 
 
 def main(argv: list[str] | None = None) -> int | None:
     """`vanilla-transformer train ARGV`."""
-    # Read before anything imports Dynamo, whose import sets it to torch's default folder.
-    chosen_inductor_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    return run_command(partial(run, chosen_inductor_cache=chosen_inductor_cache), build_parser(), argv)
+    return run_command(run, build_parser(), argv)

@@ -16,23 +16,24 @@
   batches to such lengths (as length buckets do). One graph then serves every batch; a batch with one pair
   (or a one-token side) compiles one more. Within training, a step that would recompile past Dynamo's
   limit raises (`fail_on_recompile_limit_hit`) instead of falling back to eager code without a word.
-- Cached under autocast (`AUTOCAST_CALLS`): a bf16 run's step, whose forward enters autocast within the
-  compiled code, is found in AOTAutograd's cache by a warm start on a CPU like a float32 run's.
+- Cached under autocast (`CACHEABLE_AUTOCAST_CALLS`): a bf16 run's step, whose forward enters autocast
+  within the compiled code, is found in AOTAutograd's cache by a warm start on a CPU as a float32 run's is.
 - The loss inside the compiled code: `loss.label_smoothed_cross_entropy` over the logits, in float32, with
   padded positions (label -100) contributing nothing; no host synchronization within the step (no
   `.item()`: the loss stays on the device).
 - `CompileCache`: what the compiler produced (`torch.compiler.save_cache_artifacts`) saved in the run's
   folder at every checkpoint and at the end, and loaded when a resumed run or a second run in the same
   folder starts, so that it finds its compiled code in the cache instead of compiling it again.
-- Built kernels in the run's folder on a CPU (`run_folder_inductor_cache`): that file carries Inductor's
-  generated C++ source, not the libraries built from it, so `train` also keeps Inductor's own cache in the
-  run's folder there, and a run resumed from the folder, on another machine of the same kind or after
-  `/tmp` was emptied, loads the built kernels instead of building them again.
+- Built kernels in the run's folder (`run_folder_inductor_cache`, `--inductor-cache-in-run-folder`): that
+  file carries Inductor's generated C++ source, not the libraries built from it, so a run may also keep
+  Inductor's own cache in its folder, and the run resumed from the folder, on another machine of the same
+  kind or after `/tmp` was emptied, loads the built kernels instead of building them again.
 
 benchmarks/RESULTS.md ("Compiled training") has the compile times and step speeds measured with and
 without each of these.
 """
 
+import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
@@ -60,8 +61,10 @@ REGION_CLASSES: tuple[type[nn.Module], ...] = (VanillaTransformerEncoderLayer, V
 REGIONAL_FROM_LAYERS = 6
 # The file in a run's folder that holds its compiled code (`CompileCache`).
 COMPILE_CACHE_FILE = "compile_cache.bin"
-# The folder in a compiled CPU run's folder that holds Inductor's cache (`run_folder_inductor_cache`).
+# The folder in a run's folder that holds Inductor's cache, where it keeps it (`run_folder_inductor_cache`),
+# and the variable that tells Inductor where its cache is.
 INDUCTOR_CACHE_FOLDER = "inductor_cache"
+INDUCTOR_CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 # What a compiled run pads its batches' lengths to: SDPA's memory-efficient kernel on CUDA takes a mask
 # whose rows are 8-aligned, Inductor guards the compiled graph on it, and tensor cores want it too.
 SEQUENCE_MULTIPLE = 8
@@ -70,7 +73,7 @@ SEQUENCE_MULTIPLE = 8
 # traced and partitioned the joint graph again (`train --compile` at cpu-demo size on a 2-core Zen 4: 11 s
 # against 4 s marked, benchmarks/RESULTS.md). The graph's cache key holds the calls' arguments (device,
 # dtype), so a step under another autocast compiles anew. Marked on a CPU, where it was measured.
-AUTOCAST_CALLS = {
+CACHEABLE_AUTOCAST_CALLS = {
     f"torch.amp.autocast_mode.{name}": torch.__version__ for name in ("_enter_autocast", "_exit_autocast")
 }
 # The inputs of a training step whose first two dimensions (pairs, tokens) change from batch to batch.
@@ -177,7 +180,9 @@ class CompiledTrainingLoss:
         if isinstance(num_items_in_batch, int):
             # A Python number would be a constant of the graph: a new one at every batch.
             num_items_in_batch = torch.tensor(num_items_in_batch)
-        cacheable = AUTOCAST_CALLS if inputs["input_ids"].device.type == "cpu" else {}
+        cacheable = dict(torch._inductor.config.unsafe_marked_cacheable_functions)
+        if inputs["input_ids"].device.type == "cpu":
+            cacheable |= CACHEABLE_AUTOCAST_CALLS
         with (
             torch._dynamo.config.patch(fail_on_recompile_limit_hit=True),
             torch._inductor.config.patch(unsafe_marked_cacheable_functions=cacheable),
@@ -185,17 +190,35 @@ class CompiledTrainingLoss:
             return self.function(model, inputs, self.epsilon, num_items_in_batch)
 
 
-def run_folder_inductor_cache(output_dir: str | Path, compiles: bool, device_type: str) -> Path | None:
-    """Where a run keeps Inductor's cache (`TORCHINDUCTOR_CACHE_DIR`), when it keeps it in its own folder:
-    for a compiled step on a CPU, where the built C++ kernels and the probe of the CPU's vector instructions
-    are most of a warm start's time (`COMPILE_CACHE_FILE` carries neither: a warm start from it alone took
-    24-25 s of a 35 s cold compile for the cpu-demo step on a 2-core Zen 4, benchmarks/RESULTS.md). The
-    cache's keys hold the CPU's instruction set and the compiler's flags, so a machine of another kind
-    builds its own kernels beside them. None for an eager step, and on a GPU, where `COMPILE_CACHE_FILE`
-    carries the built Triton kernels."""
-    if not compiles or device_type != "cpu":
-        return None
-    return Path(output_dir) / INDUCTOR_CACHE_FOLDER
+def run_folder_inductor_cache(output_dir: str | Path, compiles: bool, asked: bool) -> Path | None:
+    """The folder in the run's folder where a compiled run keeps Inductor's cache, where `asked`
+    (`--inductor-cache-in-run-folder`, given again with `--resume`); else None: torch's own cache, or the
+    one `TORCHINDUCTOR_CACHE_DIR` names. `COMPILE_CACHE_FILE` carries Inductor's generated code but not the
+    kernels built from it, nor the probe of the CPU's vector instructions: on a CPU a warm start from it
+    alone took 23-34 s of a 34-52 s cold compile of the cpu-demo step, against 4 s with this folder (2-core
+    Zen 4, benchmarks/RESULTS.md). The cache's keys hold the CPU's instruction set and the compiler's flags,
+    so a machine of another kind builds its own kernels beside them. Not the default: a new run in a new
+    folder would find nothing that another run on the same machine compiled."""
+    return Path(output_dir).resolve() / INDUCTOR_CACHE_FOLDER if compiles and asked else None
+
+
+@contextmanager
+def inductor_cache_dir(folder: Path | None) -> Iterator[None]:
+    """Within the block, Inductor's cache is `folder` (None: the one it had). `TORCHINDUCTOR_CACHE_DIR` is
+    looked up at each use, so the variable set here serves what compiles within; it is set back after, for
+    whatever else the process runs."""
+    if folder is None:
+        yield
+        return
+    before = os.environ.get(INDUCTOR_CACHE_VARIABLE)
+    os.environ[INDUCTOR_CACHE_VARIABLE] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[INDUCTOR_CACHE_VARIABLE]
+        else:
+            os.environ[INDUCTOR_CACHE_VARIABLE] = before
 
 
 class CompileCache(TrainerCallback):

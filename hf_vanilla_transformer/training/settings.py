@@ -131,6 +131,14 @@ class TrainingSettings(RecipeOverrides):
     )
     seed: int = setting(1, "seed of the initialisation and data order", check=random_seed, group=TRAINING)
     resume: bool = setting(False, "continue from the last checkpoint", group=TRAINING)
+    inductor_cache_in_run_folder: bool = setting(
+        False,
+        "with --compile: keep Inductor's cache, the built kernels with it, in OUTPUT/inductor_cache, so that "
+        "the run resumed from its folder with this flag, on another machine of the same kind or after /tmp "
+        "was emptied, compiles nothing again (default: off: torch's own cache, or TORCHINDUCTOR_CACHE_DIR's, "
+        "where a new run on this machine finds what another one compiled)",
+        group=TRAINING,
+    )
     dataloader_workers: int | None = setting(
         None,
         "data-loading processes per device (default: 2 on a GPU, 0 on a CPU)",
