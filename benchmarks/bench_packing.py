@@ -56,20 +56,22 @@ Batches are collated and moved to the device before timing (the collators' time 
 apart). The two samplers' epochs cover the same pairs, each once (`epochs` in the output); where
 `--max-batches` takes whole epochs, both variants train on the same pairs in a pass.
 
-The compiled variants run before the eager ones, in a child process with empty Inductor and Triton cache
-directories, kept in its run folder as `train --inductor-cache-in-run-folder` keeps them, so that nothing
-compiled before is found: packed-compiled first, whose first step's time is its cold compile (the step's own
-work included), then its passes alone, then padded-compiled's first step (compiled after the packed step in
-the same process: not a cold start) and the rounds of both. `graphs` counts the graphs Dynamo compiled for a
-variant (`torch._dynamo.utils.counters`; 1: nothing recompiled). The child saves what it compiled for the
-packed step right after that step (`torch.compiler.save_cache_artifacts`, through `compilation.CompileCache`,
-as a run saves its own), and `--warm-start` then times the first packed compiled step in three more fresh
-processes: after `torch.compiler.load_cache_artifacts` of that file in empty caches, as a run resumed on
-another machine starts (`warm_start`); the same from a copy of the run folder elsewhere, in the copy's
-Inductor cache, as a run resumed there with `--inductor-cache-in-run-folder` starts
-(`warm_start_run_folder_kernels`); and loading nothing, in the cold child's Inductor cache, as a run resumed
-on the same machine starts (`warm_start_same_machine`). The figures are written to `--output` after every
-phase, so that a run cut short keeps what it measured.
+The compiled variants run before the eager ones, in a child process whose Inductor and Triton caches start
+empty, in its run folder as `train --inductor-cache-in-run-folder` keeps them. Nothing compiled before is
+found: packed-compiled first, whose first step's time is its cold compile (the step's own work included), then
+its passes alone, then padded-compiled's first step (compiled after the packed step in the same process: not a
+cold start) and the rounds of both. `graphs` counts the graphs Dynamo compiled for a variant
+(`torch._dynamo.utils.counters`; 1: nothing recompiled). The child saves what it compiled for the packed step
+right after that step (`torch.compiler.save_cache_artifacts`, through `compilation.CompileCache`, as a run
+saves its own), and `--warm-start` then times the first packed compiled step in three more fresh processes:
+after `torch.compiler.load_cache_artifacts` of that file in empty caches, as a run resumed on another machine
+starts (`warm_start`); loading nothing, in the cold child's Inductor cache, as a run resumed on the same
+machine starts (`warm_start_same_machine`); and from the run folder moved elsewhere, loading that file in the
+folder's own Inductor cache, as a run resumed there with `--inductor-cache-in-run-folder` starts
+(`warm_start_run_folder_kernels`). The two that stand for another machine get an empty temporary folder
+(`TMPDIR`) as well: Inductor keeps its precompiled C++ header there, whatever its cache folder. None follows a
+cold child that failed. The figures are written to `--output` after every phase, so that a run cut short keeps
+what it measured.
 
 `--compiled packed` leaves padded-compiled out: at base size `bench_train.py --data --presets base --modes
 bf16-compile` times the same step on the same padded batches (its first `--max-steps` batches of the same
@@ -124,11 +126,11 @@ from hf_vanilla_transformer import (  # noqa: E402
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler  # noqa: E402
 from hf_vanilla_transformer.training.compilation import (  # noqa: E402
     COMPILE_CACHE_FILE,
-    INDUCTOR_CACHE_FOLDER,
     SEQUENCE_MULTIPLE,
     CompileCache,
     CompiledTrainingLoss,
     forward_and_loss,
+    run_folder_inductor_cache,
 )
 from hf_vanilla_transformer.training.packing import (  # noqa: E402
     SEGMENT_KEYS,
@@ -180,15 +182,15 @@ QUICK_DEFAULTS = {
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")
 FIRST_ORDINARY = len(SPECIAL_TOKENS)
 PADDED, PACKED = "padded", "packed"
-# The targets on a CPU for the first compiled packed step: cold, and warm (from either cache).
+# The targets on a CPU for the first compiled packed step: cold, and warm (each of `WARM_STARTS`).
 CPU_COLD_COMPILE_TARGET_S = {"cpu-demo": 40, "base": 60}
 CPU_WARM_START_TARGET_S = 5
 # The warm starts measured (`--warm-start`), each checked against `CPU_WARM_START_TARGET_S`: what `figures`
 # calls it, and the resumed run it stands for.
 WARM_STARTS = {
     "warm_start": "warm start from the run folder's compile cache alone, as on another machine",
-    "warm_start_run_folder_kernels": "warm start from a copy of the run folder with its Inductor cache "
-    "(--inductor-cache-in-run-folder), as on another machine of the same kind",
+    "warm_start_run_folder_kernels": "warm start from the run folder moved elsewhere with its Inductor "
+    "cache (--inductor-cache-in-run-folder), as on another machine with the same CPU",
     "warm_start_same_machine": "warm start in the cold run's Inductor cache, as on the same machine",
 }
 
@@ -658,14 +660,28 @@ def child_warm(spec: dict, from_run_folder: bool) -> None:
     write_json(result, spec["result"])
 
 
-def run_child(mode: str, spec: dict, folder: Path, into: dict, caches: Path | None = None) -> None:
+def run_child(
+    mode: str,
+    spec: dict,
+    folder: Path,
+    into: dict,
+    caches: Path | None = None,
+    name: str | None = None,
+    temporary: Path | None = None,
+) -> None:
     """The child process `mode` (see `CHILDREN`) with the Inductor and Triton caches in `caches`, by default
-    empty ones of its own; what it wrote put in `into`, also where it failed or was interrupted."""
-    spec = spec | {"result": str(folder / f"{mode}.json")}
-    spec_path = folder / f"{mode}-spec.json"
+    empty ones of its own, and `temporary` as its temporary folder (`TMPDIR`; None: this process's); what it
+    wrote put in `into`, also where it failed or was interrupted. Its files in `folder` are named `name` (by
+    default the mode's)."""
+    name = name or mode
+    spec = spec | {"result": str(folder / f"{name}.json")}
+    spec_path = folder / f"{name}-spec.json"
     write_json(spec, spec_path)
     caches = caches or Path(tempfile.mkdtemp(prefix=f"inductor-{mode}-", dir=folder))
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(caches), "TRITON_CACHE_DIR": str(caches / "triton")}
+    if temporary is not None:
+        temporary.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(temporary)
     started = time.perf_counter()
     status = None
     try:
@@ -681,12 +697,11 @@ def run_child(mode: str, spec: dict, folder: Path, into: dict, caches: Path | No
 
 
 # The child processes: the compiled variants from a cold start; the first packed compiled step warm, from the
-# run folder's compile cache (in empty caches, or in the Inductor cache of a copy of the run folder), and in
-# the cold child's Inductor cache without it.
+# run folder's compile cache (in empty caches, or in the Inductor cache of the run folder moved elsewhere),
+# and in the cold child's Inductor cache without it.
 CHILDREN: dict[str, Callable[[dict], None]] = {
     "compiled": child_compiled,
     "warm": partial(child_warm, from_run_folder=True),
-    "warm-kernels": partial(child_warm, from_run_folder=True),
     "warm-machine": partial(child_warm, from_run_folder=False),
 }
 
@@ -746,7 +761,7 @@ def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save:
         spec["run_folder"] = str(run_folder)
         compiled: dict[str, Any] = {}
         # The cold child's Inductor cache in its run folder, as `--inductor-cache-in-run-folder` keeps it.
-        caches = run_folder / INDUCTOR_CACHE_FOLDER
+        caches = run_folder_inductor_cache(run_folder, compiles=True, asked=True)
         try:
             run_child("compiled", spec, Path(folder), compiled, caches)
         finally:
@@ -765,20 +780,37 @@ def warm_starts(folder: Path, spec: dict, cold_failed: bool, figures: dict, save
     run_folder = Path(spec["run_folder"])
     if cold_failed or not (run_folder / COMPILE_CACHE_FILE).is_file():
         for key in WARM_STARTS:
-            figures[key] = {"error": "no warm start: the cold compile did not finish"}
+            figures[key] = {"error": "no warm start: the cold child failed"}
         save()
         return
-    elsewhere = Path(shutil.copytree(run_folder, folder / "run-elsewhere"))
-    # (figure, child, its run folder, its Inductor cache: None for an empty one)
+    elsewhere = folder / "run-elsewhere"
+    # (figure, child, its run folder, its Inductor cache: None for an empty one); the run folder is moved
+    # elsewhere before the last, as a resumed run finds it on another machine.
     starts = (
         ("warm_start", "warm", run_folder, None),
-        ("warm_start_run_folder_kernels", "warm-kernels", elsewhere, elsewhere / INDUCTOR_CACHE_FOLDER),
-        ("warm_start_same_machine", "warm-machine", run_folder, run_folder / INDUCTOR_CACHE_FOLDER),
+        (
+            "warm_start_same_machine",
+            "warm-machine",
+            run_folder,
+            run_folder_inductor_cache(run_folder, compiles=True, asked=True),
+        ),
+        (
+            "warm_start_run_folder_kernels",
+            "warm",
+            elsewhere,
+            run_folder_inductor_cache(elsewhere, compiles=True, asked=True),
+        ),
     )
     for key, mode, start_folder, caches in starts:
+        if start_folder == elsewhere:
+            shutil.move(run_folder, elsewhere)
+        # As on another machine, without what the cold child left in the temporary folder (Inductor's
+        # precompiled C++ header, in `/tmp` whatever its cache folder).
+        temporary = None if key == "warm_start_same_machine" else folder / f"tmp-{key}"
         figures[key] = {}
         try:
-            run_child(mode, spec | {"run_folder": str(start_folder)}, folder, figures[key], caches)
+            spec_ = spec | {"run_folder": str(start_folder)}
+            run_child(mode, spec_, folder, figures[key], caches, name=key, temporary=temporary)
         finally:
             save()
 

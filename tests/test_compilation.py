@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from hf_vanilla_transformer.commands import main
+from hf_vanilla_transformer.common.hardware import cpu_features
 from hf_vanilla_transformer.training import pipeline, progress
 from hf_vanilla_transformer.training.batching import TokenBudgetBatchSampler
 from hf_vanilla_transformer.training.compilation import (
@@ -356,11 +357,14 @@ def built_kernels(folder: Path) -> dict[str, int]:
 @pytest.mark.slow
 def test_a_compiled_run_resumed_from_its_folder_elsewhere_builds_no_kernel_again(corpus, tmp_path):  # noqa: F811
     """`train --compile --inductor-cache-in-run-folder` on a CPU, as a command of its own: the built C++
-    kernels stay in the run's folder, and the run resumed from that folder moved elsewhere (as on another
+    kernels stay in the run's folder, in this CPU's own folder there, and not in the Inductor cache the
+    environment names; the run resumed with the flag from that folder moved elsewhere (as on another
     machine, or after /tmp was emptied) compiles its step from them, building none again."""
     flags = [*data_flags(corpus), *TINY, "--preset", "cpu-demo", "--compile", "--no-bf16", "--dev", "none",
-             "--test", "none", "--save-steps", "1"]  # fmt: skip
+             "--test", "none", "--save-steps", "1", "--inductor-cache-in-run-folder"]  # fmt: skip
+    machine_cache = tmp_path / "machine"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(machine_cache)
 
     def train_command(run: Path, *more: str) -> str:
         command = [sys.executable, "-m", "hf_vanilla_transformer", "train", "--output-dir", str(run), *flags]
@@ -368,39 +372,52 @@ def test_a_compiled_run_resumed_from_its_folder_elsewhere_builds_no_kernel_again
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stderr
 
-    train_command(tmp_path / "run", "--max-steps", "1", "--inductor-cache-in-run-folder")
-    kernels = built_kernels(tmp_path / "run" / INDUCTOR_CACHE_FOLDER)
+    train_command(tmp_path / "run", "--max-steps", "1")
+    kernels = built_kernels(tmp_path / "run" / INDUCTOR_CACHE_FOLDER / cpu_features().fingerprint)
     assert kernels  # the cold compile built them in the run's folder
     moved = shutil.move(tmp_path / "run", tmp_path / "elsewhere")
-    log = train_command(moved, "--max-steps", "2", "--resume", "--inductor-cache-in-run-folder")
+    log = train_command(moved, "--max-steps", "2", "--resume")
     assert "The first step, compiling the training step, took" in log
-    assert built_kernels(moved / INDUCTOR_CACHE_FOLDER) == kernels
+    assert built_kernels(moved / INDUCTOR_CACHE_FOLDER / cpu_features().fingerprint) == kernels
+    assert not built_kernels(machine_cache)
 
 
-@pytest.mark.parametrize(
-    ("flags", "expected"),
-    [
-        (["--compile", "--inductor-cache-in-run-folder"], "run folder"),
-        (["--compile"], None),  # torch's own, where a new run finds earlier runs' kernels
-        (["--inductor-cache-in-run-folder"], None),  # eager: nothing compiled
-    ],
-)
-def test_the_inductor_cache_a_train_command_keeps(tmp_path, monkeypatch, flags, expected):
-    """`train` points Inductor's cache (`TORCHINDUCTOR_CACHE_DIR`) at the run's folder for the run where
-    asked, over a folder the user chose, and leaves the variable as it was once the command is done."""
+class StartOfRun(Exception):
+    """Raised where a run would start training: the test has seen what it looks at."""
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_a_run_keeps_inductors_cache_in_its_folder_only_where_asked(tmp_path, monkeypatch, asked):
+    """`run_training` points Inductor's cache (`TORCHINDUCTOR_CACHE_DIR`) at this CPU's folder in the run's
+    folder for the run where `--inductor-cache-in-run-folder` asks, over a folder the user chose, and sets
+    the variable back once the run ends, also where it ends in an error."""
     seen = []
 
-    def run_training(settings) -> None:
+    def start_run(settings) -> None:
         seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+        raise StartOfRun
 
-    monkeypatch.setattr(pipeline, "run_training", run_training)
+    monkeypatch.setattr(pipeline, "_start_run", start_run)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "chosen"))
     run = tmp_path / "run"
-    assert main(["train", "--preset", "cpu-demo", *flags, "--output-dir", str(run)]) is None
-    assert seen == [str(run / INDUCTOR_CACHE_FOLDER) if expected else str(tmp_path / "chosen")]
+    flags = ["--inductor-cache-in-run-folder"] if asked else []
+    with pytest.raises(StartOfRun):
+        main(["train", "--preset", "cpu-demo", "--compile", *flags, "--output-dir", str(run)])
+    in_run_folder = run / INDUCTOR_CACHE_FOLDER / cpu_features().fingerprint
+    assert seen == [str(in_run_folder if asked else tmp_path / "chosen")]
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "chosen")
 
 
+def test_the_run_folders_inductor_cache_is_refused_to_an_eager_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            ["train", "--preset", "cpu-demo", "--inductor-cache-in-run-folder", "--output-dir", str(tmp_path)]
+        )
+    assert exit_.value.code == 2
+    assert "--inductor-cache-in-run-folder keeps what --compile builds" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_a_step_under_the_forwards_own_autocast_is_found_in_aotautograds_cache(tmp_path):
     """bf16 autocast put around the model's forward, as accelerate's mixed precision puts it, is traced into
     the compiled graph; a second compilation of the step (Dynamo reset, as in a new process) still finds its

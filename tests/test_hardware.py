@@ -91,6 +91,22 @@ def test_only_the_first_processor_is_read():
     assert features.vendor == "GenuineIntel" and features.kind == "avx512"
 
 
+def test_cpus_that_differ_in_any_flag_have_different_fingerprints():
+    """Code built with `-march=native` may use every flag the CPU has: one more or one less is another CPU."""
+    zen4 = CPUFeatures.parse(cpuinfo(AMD, "avx2 avx512f avx512_bf16", family=25))
+    assert (
+        CPUFeatures.parse(cpuinfo(AMD, "avx512_bf16 avx512f avx2", family=25)).fingerprint == zen4.fingerprint
+    )
+    others = [
+        CPUFeatures.parse(cpuinfo(AMD, "avx2 avx512f avx512_bf16 avx512_fp16", family=25)),
+        CPUFeatures.parse(cpuinfo(AMD, "avx2 avx512f", family=25)),
+        CPUFeatures.parse(cpuinfo(AMD, "avx2 avx512f avx512_bf16", family=26)),
+        CPUFeatures.parse(cpuinfo(INTEL, "avx2 avx512f avx512_bf16", family=25)),
+    ]
+    assert len({zen4.fingerprint, *(other.fingerprint for other in others)}) == 5
+    assert zen4.fingerprint.startswith("avx512_bf16-")
+
+
 def test_a_cpu_without_avx2_is_another_kind():
     assert CPUFeatures.parse(cpuinfo(INTEL, "")).kind == "other"
     assert CPUFeatures.parse("").kind == "other" and not CPUFeatures.parse("").native_bf16

@@ -128,14 +128,10 @@ def parse_args(argv: list[str] | None = None) -> TrainingSettings:
 def run(args: argparse.Namespace, parser: ArgumentParser) -> None:
     """Train, average and evaluate as `args` say; what the run refuses (a folder of checkpoints without
     --resume, a resume with another recipe, missing or mismatched data) is reported in one line."""
-    from ..training.compilation import inductor_cache_dir, run_folder_inductor_cache
     from ..training.pipeline import run_training
 
     settings = training_settings(args, parser)
-    inductor_cache = run_folder_inductor_cache(
-        settings.output_dir, settings.recipe().compile, settings.inductor_cache_in_run_folder
-    )
-    with refusals_in_one_line(parser), inductor_cache_dir(inductor_cache):
+    with refusals_in_one_line(parser):
         run_training(settings)
 
 

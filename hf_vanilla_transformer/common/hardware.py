@@ -21,6 +21,7 @@ it), so it imports nothing from the package.
 """
 
 import functools
+import hashlib
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,13 @@ class CPUFeatures:
     @property
     def is_amd(self) -> bool:
         return self.vendor == "AuthenticAMD"
+
+    @property
+    def fingerprint(self) -> str:
+        """A name for the instruction sets code built for this CPU may use (`-march=native`): its kind and a
+        hash of its vendor, family and flags. CPUs that differ in any flag get different names."""
+        described = " ".join([self.vendor, str(self.family), *sorted(self.flags)])
+        return f"{self.kind}-{hashlib.sha256(described.encode()).hexdigest()[:12]}"
 
 
 @functools.cache

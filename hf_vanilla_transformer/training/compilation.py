@@ -26,8 +26,9 @@
   folder starts, so that it finds its compiled code in the cache instead of compiling it again.
 - Built kernels in the run's folder (`run_folder_inductor_cache`, `--inductor-cache-in-run-folder`): that
   file carries Inductor's generated C++ source, not the libraries built from it, so a run may also keep
-  Inductor's own cache in its folder, and the run resumed from the folder, on another machine of the same
-  kind or after `/tmp` was emptied, loads the built kernels instead of building them again.
+  Inductor's own cache in its folder, one a CPU, and the run resumed from the folder with the same flag, on
+  another machine with the same CPU or after `/tmp` was emptied, loads the built kernels instead of building
+  them again.
 
 benchmarks/RESULTS.md ("Compiled training") has the compile times and step speeds measured with and
 without each of these.
@@ -45,6 +46,7 @@ from torch import nn
 from transformers import TrainerCallback
 from transformers.utils import logging
 
+from ..common.hardware import cpu_features
 from ..vanilla_transformer.modeling_vanilla_transformer import (
     VanillaTransformerDecoderLayer,
     VanillaTransformerEncoderLayer,
@@ -70,7 +72,7 @@ INDUCTOR_CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
 SEQUENCE_MULTIPLE = 8
 # Autocast entered within the compiled code, as accelerate's mixed precision wraps the model's forward in
 # it, is a call AOTAutograd's cache takes only when marked cacheable; unmarked, a warm start of a bf16 run
-# traced and partitioned the joint graph again (`train --compile` at cpu-demo size on a 2-core Zen 4: 11 s
+# traces and partitions the joint graph again (`train --compile` at cpu-demo size on a 2-core Zen 4: 11 s
 # against 4 s marked, benchmarks/RESULTS.md). The graph's cache key holds the calls' arguments (device,
 # dtype), so a step under another autocast compiles anew. Marked on a CPU, where it was measured.
 CACHEABLE_AUTOCAST_CALLS = {
@@ -195,11 +197,15 @@ def run_folder_inductor_cache(output_dir: str | Path, compiles: bool, asked: boo
     (`--inductor-cache-in-run-folder`, given again with `--resume`); else None: torch's own cache, or the
     one `TORCHINDUCTOR_CACHE_DIR` names. `COMPILE_CACHE_FILE` carries Inductor's generated code but not the
     kernels built from it, nor the probe of the CPU's vector instructions: on a CPU a warm start from it
-    alone took 23-34 s of a 34-52 s cold compile of the cpu-demo step, against 4 s with this folder (2-core
-    Zen 4, benchmarks/RESULTS.md). The cache's keys hold the CPU's instruction set and the compiler's flags,
-    so a machine of another kind builds its own kernels beside them. Not the default: a new run in a new
-    folder would find nothing that another run on the same machine compiled."""
-    return Path(output_dir).resolve() / INDUCTOR_CACHE_FOLDER if compiles and asked else None
+    alone took 23-39 s of a 34-55 s cold compile of the cpu-demo step, against 3-5 s with this folder, and
+    10 s with an empty `/tmp`, where Inductor builds its precompiled C++ header again (2-core Zen 4,
+    benchmarks/RESULTS.md). One folder a CPU (`CPUFeatures.fingerprint`): Inductor builds
+    C++ kernels for the CPU it runs on (`-march=native`), and its keys do not tell two CPUs of the same
+    vector width apart, so kernels built on one must not be loaded on another. Not the default: a new run
+    in a new folder would find nothing that another run on the same machine compiled."""
+    if not (compiles and asked):
+        return None
+    return Path(output_dir).resolve() / INDUCTOR_CACHE_FOLDER / cpu_features().fingerprint
 
 
 @contextmanager
@@ -216,7 +222,7 @@ def inductor_cache_dir(folder: Path | None) -> Iterator[None]:
         yield
     finally:
         if before is None:
-            del os.environ[INDUCTOR_CACHE_VARIABLE]
+            os.environ.pop(INDUCTOR_CACHE_VARIABLE, None)
         else:
             os.environ[INDUCTOR_CACHE_VARIABLE] = before
 

@@ -54,7 +54,13 @@ from .backtranslation import (
     synthetic_special_tokens,
     with_synthetic_pairs,
 )
-from .compilation import SEQUENCE_MULTIPLE, CompileCache, CompiledTrainingLoss
+from .compilation import (
+    SEQUENCE_MULTIPLE,
+    CompileCache,
+    CompiledTrainingLoss,
+    inductor_cache_dir,
+    run_folder_inductor_cache,
+)
 from .data import load_parallel_data, tokenize_pairs
 from .early_stopping import DevEarlyStopping, early_stopping_of, early_stopping_record
 from .legacy import drop_legacy_label_smoothing, with_recorded_label_smoothing
@@ -118,14 +124,19 @@ class _Data:
 
 def run_training(settings: TrainingSettings) -> dict[str, Any]:
     """Train, average, evaluate and save; returns the run's figures, which results.json records with the data
-    and the model folder named relative to the run (`run_report.results_record`)."""
-    run = _start_run(settings)
-    data = _load_data(run)
-    tokenizer, model = _tokenizer_and_model(run, data)
-    _tokenize_data(run, data, tokenizer)
-    trainer = _build_trainer(run, data, tokenizer, model)
-    _train(run, trainer)
-    return _finish(run, data, trainer, tokenizer)
+    and the model folder named relative to the run (`run_report.results_record`). Inductor's cache is the
+    run folder's for the run where `--inductor-cache-in-run-folder` asks (`run_folder_inductor_cache`)."""
+    inductor_cache = run_folder_inductor_cache(
+        settings.output_dir, settings.recipe().compile, settings.inductor_cache_in_run_folder
+    )
+    with inductor_cache_dir(inductor_cache):
+        run = _start_run(settings)
+        data = _load_data(run)
+        tokenizer, model = _tokenizer_and_model(run, data)
+        _tokenize_data(run, data, tokenizer)
+        trainer = _build_trainer(run, data, tokenizer, model)
+        _train(run, trainer)
+        return _finish(run, data, trainer, tokenizer)
 
 
 def _start_run(settings: TrainingSettings) -> _Run:

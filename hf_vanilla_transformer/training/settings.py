@@ -133,10 +133,10 @@ class TrainingSettings(RecipeOverrides):
     resume: bool = setting(False, "continue from the last checkpoint", group=TRAINING)
     inductor_cache_in_run_folder: bool = setting(
         False,
-        "with --compile: keep Inductor's cache, the built kernels with it, in OUTPUT/inductor_cache, so that "
-        "the run resumed from its folder with this flag, on another machine of the same kind or after /tmp "
-        "was emptied, compiles nothing again (default: off: torch's own cache, or TORCHINDUCTOR_CACHE_DIR's, "
-        "where a new run on this machine finds what another one compiled)",
+        "with --compile: keep Inductor's cache, the built kernels with it, in OUTPUT/inductor_cache (a "
+        "folder a CPU), so that the run resumed from its folder with this flag, on another machine with the "
+        "same CPU or after /tmp was emptied, builds no kernel again (default: off: torch's own cache, or "
+        "TORCHINDUCTOR_CACHE_DIR's, where a new run on this machine finds what another one compiled)",
         group=TRAINING,
     )
     dataloader_workers: int | None = setting(
@@ -191,6 +191,7 @@ class TrainingSettings(RecipeOverrides):
         self.workers()
         self._check_model(recipe)
         self._check_packing(recipe)
+        self._check_compilation(recipe)
         self._check_evaluation(recipe)
         check_settings(self)
         self._check_environment()
@@ -250,6 +251,14 @@ class TrainingSettings(RecipeOverrides):
                 "attn_implementation=flex_attention takes no attention dropout in training, and this run's "
                 f"model has attention_dropout={config.attention_dropout} (from its preset or an override): "
                 "add --model-override attention_dropout=0, or leave flex attention out."
+            )
+
+    def _check_compilation(self, recipe: TrainingPreset) -> None:
+        """The run folder's Inductor cache holds what a compiled step builds: no use to an eager run."""
+        if self.inductor_cache_in_run_folder and not recipe.compile:
+            raise ValueError(
+                "--inductor-cache-in-run-folder keeps what --compile builds, and this run trains eagerly: "
+                "give --compile as well, or leave the flag out."
             )
 
     def _check_packing(self, recipe: TrainingPreset) -> None:
