@@ -761,7 +761,7 @@ def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save:
         spec["run_folder"] = str(run_folder)
         compiled: dict[str, Any] = {}
         # The cold child's Inductor cache in its run folder, as `--inductor-cache-in-run-folder` keeps it.
-        caches = run_folder_inductor_cache(run_folder, compiles=True, asked=True)
+        caches = run_folder_inductor_cache(run_folder)
         try:
             run_child("compiled", spec, Path(folder), compiled, caches)
         finally:
@@ -770,13 +770,15 @@ def compiled_variants(args: argparse.Namespace, data: dict, figures: dict, save:
             figures["compiled_process"] = compiled
             save()
         if args.warm_start:
-            warm_starts(Path(folder), spec, "error" in compiled, figures, save)
+            warm_starts(Path(folder), spec, caches, "error" in compiled, figures, save)
 
 
-def warm_starts(folder: Path, spec: dict, cold_failed: bool, figures: dict, save: Callable[[], None]) -> None:
-    """The warm starts of `WARM_STARTS` after the cold child's run in `folder`, each child in its own
-    process, the figures put in `figures` and saved after each; none where the cold child failed, whose
-    caches they would start from."""
+def warm_starts(
+    folder: Path, spec: dict, caches: Path, cold_failed: bool, figures: dict, save: Callable[[], None]
+) -> None:
+    """The warm starts of `WARM_STARTS` after the cold child's run in `folder` with its Inductor cache in
+    `caches`, each child in its own process, the figures put in `figures` and saved after each; none where
+    the cold child failed, whose caches they would start from."""
     run_folder = Path(spec["run_folder"])
     if cold_failed or not (run_folder / COMPILE_CACHE_FILE).is_file():
         for key in WARM_STARTS:
@@ -784,33 +786,23 @@ def warm_starts(folder: Path, spec: dict, cold_failed: bool, figures: dict, save
         save()
         return
     elsewhere = folder / "run-elsewhere"
-    # (figure, child, its run folder, its Inductor cache: None for an empty one); the run folder is moved
-    # elsewhere before the last, as a resumed run finds it on another machine.
+    # (figure, child, its run folder, its Inductor cache: None for an empty one, whether it stands for another
+    # machine); the run folder is moved elsewhere before the last, as a resumed run finds it there.
     starts = (
-        ("warm_start", "warm", run_folder, None),
-        (
-            "warm_start_same_machine",
-            "warm-machine",
-            run_folder,
-            run_folder_inductor_cache(run_folder, compiles=True, asked=True),
-        ),
-        (
-            "warm_start_run_folder_kernels",
-            "warm",
-            elsewhere,
-            run_folder_inductor_cache(elsewhere, compiles=True, asked=True),
-        ),
+        ("warm_start", "warm", run_folder, None, True),
+        ("warm_start_same_machine", "warm-machine", run_folder, caches, False),
+        ("warm_start_run_folder_kernels", "warm", elsewhere, run_folder_inductor_cache(elsewhere), True),
     )
-    for key, mode, start_folder, caches in starts:
+    for key, mode, start_folder, start_caches, another_machine in starts:
         if start_folder == elsewhere:
             shutil.move(run_folder, elsewhere)
-        # As on another machine, without what the cold child left in the temporary folder (Inductor's
-        # precompiled C++ header, in `/tmp` whatever its cache folder).
-        temporary = None if key == "warm_start_same_machine" else folder / f"tmp-{key}"
+        # Another machine lacks what the cold child left in the temporary folder (Inductor's precompiled C++
+        # header, in `/tmp` whatever its cache folder).
+        temporary = folder / f"tmp-{key}" if another_machine else None
         figures[key] = {}
         try:
             spec_ = spec | {"run_folder": str(start_folder)}
-            run_child(mode, spec_, folder, figures[key], caches, name=key, temporary=temporary)
+            run_child(mode, spec_, folder, figures[key], start_caches, name=key, temporary=temporary)
         finally:
             save()
 

@@ -192,10 +192,10 @@ class CompiledTrainingLoss:
             return self.function(model, inputs, self.epsilon, num_items_in_batch)
 
 
-def run_folder_inductor_cache(output_dir: str | Path, compiles: bool, asked: bool) -> Path | None:
-    """The folder in the run's folder where a compiled run keeps Inductor's cache, where `asked`
-    (`--inductor-cache-in-run-folder`, given again with `--resume`); else None: torch's own cache, or the
-    one `TORCHINDUCTOR_CACHE_DIR` names. `COMPILE_CACHE_FILE` carries Inductor's generated code but not the
+def run_folder_inductor_cache(output_dir: str | Path) -> Path:
+    """The folder in the run's folder where a compiled run keeps Inductor's cache where
+    `--inductor-cache-in-run-folder` asks (given again with `--resume`; without it, torch's own cache, or the
+    one `TORCHINDUCTOR_CACHE_DIR` names). `COMPILE_CACHE_FILE` carries Inductor's generated code but not the
     kernels built from it, nor the probe of the CPU's vector instructions: on a CPU a warm start from it
     alone took 23-39 s of a 34-55 s cold compile of the cpu-demo step, against 3-5 s with this folder, and
     10 s with an empty `/tmp`, where Inductor builds its precompiled C++ header again (2-core Zen 4,
@@ -203,8 +203,6 @@ def run_folder_inductor_cache(output_dir: str | Path, compiles: bool, asked: boo
     C++ kernels for the CPU it runs on (`-march=native`), and its keys do not tell two CPUs of the same
     vector width apart, so kernels built on one must not be loaded on another. Not the default: a new run
     in a new folder would find nothing that another run on the same machine compiled."""
-    if not (compiles and asked):
-        return None
     return Path(output_dir).resolve() / INDUCTOR_CACHE_FOLDER / cpu_features().fingerprint
 
 

@@ -125,11 +125,10 @@ class _Data:
 def run_training(settings: TrainingSettings) -> dict[str, Any]:
     """Train, average, evaluate and save; returns the run's figures, which results.json records with the data
     and the model folder named relative to the run (`run_report.results_record`). Inductor's cache is the
-    run folder's for the run where `--inductor-cache-in-run-folder` asks (`run_folder_inductor_cache`)."""
-    inductor_cache = run_folder_inductor_cache(
-        settings.output_dir, settings.recipe().compile, settings.inductor_cache_in_run_folder
-    )
-    with inductor_cache_dir(inductor_cache):
+    run folder's for the run where `--inductor-cache-in-run-folder` asks (`run_folder_inductor_cache`; the
+    settings refuse it to an eager run)."""
+    asked = settings.inductor_cache_in_run_folder
+    with inductor_cache_dir(run_folder_inductor_cache(settings.output_dir) if asked else None):
         run = _start_run(settings)
         data = _load_data(run)
         tokenizer, model = _tokenizer_and_model(run, data)
